@@ -1,0 +1,76 @@
+"""Factorized embeddings: word [V,E] + position [P,E] + token type [T,E], LayerNorm, E->H.
+
+Shape letters used in this package: B batch, T sequence length, P masked predictions per
+sequence, V vocabulary, E embedding size, H hidden size, N attention heads, D head size
+(H = N * D), I intermediate (FFN) size.
+"""
+
+import keras
+from keras import ops
+
+
+def truncated_normal(config):
+    return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+
+
+def layer_norm(name):
+    # epsilon 1e-12 as the original (TF's default for BERT). Always float32: a bfloat16
+    # variance loses too many bits.
+    return keras.layers.LayerNormalization(epsilon=1e-12, name=name, dtype="float32")
+
+
+class AlbertEmbeddings(keras.layers.Layer):
+    """Sums the three embeddings of size E, normalises them, and projects them to H.
+
+    Args:
+        config: an `AlbertConfig`.
+
+    Call args:
+        input_ids: int [B, T].
+        segment_ids: int [B, T].
+        training: whether dropout is active.
+
+    Returns:
+        float [B, T, H] in the layer's compute dtype.
+    """
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        self.config = config
+        self.layer_norm = layer_norm("LayerNorm")
+        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob)
+        self.embedding_hidden_mapping_in = keras.layers.Dense(
+            config.hidden_size,
+            kernel_initializer=truncated_normal(config),
+            name="embedding_hidden_mapping_in",
+        )
+
+    def build(self, input_shape=None):
+        c = self.config
+        init = truncated_normal(c)
+        self.word_embeddings = self.add_weight(
+            shape=(c.vocab_size, c.embedding_size), initializer=init, name="word_embeddings"
+        )
+        self.position_embeddings = self.add_weight(
+            shape=(c.max_position_embeddings, c.embedding_size),
+            initializer=init,
+            name="position_embeddings",
+        )
+        self.token_type_embeddings = self.add_weight(
+            shape=(c.type_vocab_size, c.embedding_size),
+            initializer=init,
+            name="token_type_embeddings",
+        )
+        self.layer_norm.build((None, None, c.embedding_size))
+        self.embedding_hidden_mapping_in.build((None, None, c.embedding_size))
+        self.built = True
+
+    def call(self, input_ids, segment_ids, training=False):
+        seq_len = ops.shape(input_ids)[1]
+        x = ops.take(self.word_embeddings, input_ids, axis=0)  # [B, T, E]
+        x = x + ops.take(self.token_type_embeddings, segment_ids, axis=0)
+        x = x + ops.expand_dims(self.position_embeddings[:seq_len], 0)  # [1, T, E] broadcast
+        x = self.layer_norm(x)
+        x = ops.cast(x, self.compute_dtype)
+        x = self.dropout(x, training=training)
+        return self.embedding_hidden_mapping_in(x)  # [B, T, H]

@@ -1,0 +1,61 @@
+"""AlbertPretrainer: the backbone with the masked-LM and sentence-order heads."""
+
+import keras
+
+from albert.config import AlbertConfig
+from albert.modeling.backbone import AlbertBackbone
+from albert.modeling.heads import AlbertMaskedLMHead, AlbertSentenceOrderHead
+
+
+class AlbertPretrainer(keras.Model):
+    """Backbone + MLM head (tied to the word embeddings) + SOP head, as the original.
+
+    Args:
+        config: an `AlbertConfig` (or a dict of its keys).
+
+    Call args:
+        inputs: dict of int arrays `input_ids`, `input_mask`, `segment_ids` [B, T] and
+            `masked_lm_positions` [B, P].
+        training: whether dropout is active.
+
+    Returns:
+        dict with `sequence_output` [B, T, H], `pooled_output` [B, H], `mlm_logits`
+        float32 [B, P, V] and `sop_logits` float32 [B, 2].
+
+    Example:
+        >>> model = AlbertPretrainer(AlbertConfig.from_json_file("configs/albert_tiny.json"))
+        >>> out = model({"input_ids": ids, "input_mask": mask, "segment_ids": seg,
+        ...              "masked_lm_positions": positions})
+    """
+
+    def __init__(self, config, **kwargs):
+        kwargs.setdefault("name", "albert_pretrainer")
+        super().__init__(**kwargs)
+        # === Layers (weights are created by each constructor) ===
+        config = config if isinstance(config, AlbertConfig) else AlbertConfig.from_dict(config)
+        self.config = config
+        self.backbone = AlbertBackbone(config)
+        self.masked_lm_head = AlbertMaskedLMHead(config, name="masked_lm_head")
+        self.sentence_order_head = AlbertSentenceOrderHead(config, name="sentence_order_head")
+        self.masked_lm_head.build()
+        self.sentence_order_head.build()
+        self.built = True
+
+    def call(self, inputs, training=False):
+        outputs = dict(self.backbone(inputs, training=training))
+        if "masked_lm_positions" in inputs:
+            outputs["mlm_logits"] = self.masked_lm_head(
+                outputs["sequence_output"],
+                inputs["masked_lm_positions"],
+                self.backbone.word_embeddings,
+            )
+        outputs["sop_logits"] = self.sentence_order_head(outputs["pooled_output"])
+        return outputs
+
+    # === Config ===
+    def get_config(self):
+        return {"config": self.config.to_dict(), "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
