@@ -1,0 +1,1 @@
+"""Data layer: tokenizer-independent readers, TFRecords, tf.data pipelines."""

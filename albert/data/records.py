@@ -1,0 +1,186 @@
+"""The pretraining TFRecord schema (the original's feature names), its writer and reader.
+
+Every feature is written exactly as the original `create_pretraining_data.py` writes it, so
+files made by either project are read by both:
+
+    input_ids, input_mask, segment_ids, token_boundary   int64 [max_seq_length], 0-padded
+    masked_lm_positions, masked_lm_ids                   int64 [max_predictions_per_seq]
+    masked_lm_weights                                    float [max_predictions_per_seq]
+    next_sentence_labels                                 int64 [1] (the SOP label)
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids", "token_boundary")
+PREDICTION_FEATURES = ("masked_lm_positions", "masked_lm_ids")
+
+
+class RecordError(ValueError):
+    """Input records that do not exist or do not match the flags."""
+
+
+def _int64_feature(values):
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def _float_feature(values):
+    return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
+
+
+def serialize_instance(
+    input_ids,
+    segment_ids,
+    token_boundary,
+    masked_lm_positions,
+    masked_lm_ids,
+    next_sentence_label,
+    max_seq_length,
+    max_predictions_per_seq,
+):
+    """One training instance -> serialized tf.train.Example bytes, padded as the original.
+
+    Args:
+        input_ids, segment_ids, token_boundary: sequences of ints, length <= max_seq_length.
+        masked_lm_positions, masked_lm_ids: sequences of ints, length <= max_predictions_per_seq.
+        next_sentence_label: 0 (original order) or 1 (swapped / random next).
+
+    Returns:
+        bytes of a serialized tf.train.Example.
+    """
+    if len(input_ids) > max_seq_length or len(masked_lm_positions) > max_predictions_per_seq:
+        raise RecordError(
+            f"Instance with {len(input_ids)} tokens and {len(masked_lm_positions)} predictions "
+            f"exceeds max_seq_length={max_seq_length} / "
+            f"max_predictions_per_seq={max_predictions_per_seq}."
+        )
+    seq_pad = [0] * (max_seq_length - len(input_ids))
+    pred_pad = [0] * (max_predictions_per_seq - len(masked_lm_positions))
+    features = {
+        "input_ids": _int64_feature(list(input_ids) + seq_pad),
+        "input_mask": _int64_feature([1] * len(input_ids) + seq_pad),
+        "segment_ids": _int64_feature(list(segment_ids) + seq_pad),
+        "token_boundary": _int64_feature(list(token_boundary) + seq_pad),
+        "masked_lm_positions": _int64_feature(list(masked_lm_positions) + pred_pad),
+        "masked_lm_ids": _int64_feature(list(masked_lm_ids) + pred_pad),
+        "masked_lm_weights": _float_feature(
+            [1.0] * len(masked_lm_positions) + [0.0] * len(pred_pad)
+        ),
+        "next_sentence_labels": _int64_feature([next_sentence_label]),
+    }
+    example = tf.train.Example(features=tf.train.Features(feature=features))
+    return example.SerializeToString()
+
+
+def feature_spec(max_seq_length, max_predictions_per_seq):
+    """The tf.io parsing spec for one pretraining record."""
+    spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64) for name in SEQUENCE_FEATURES}
+    for name in PREDICTION_FEATURES:
+        spec[name] = tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64)
+    spec["masked_lm_weights"] = tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32)
+    spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
+    return spec
+
+
+def parse_examples(serialized, max_seq_length, max_predictions_per_seq):
+    """Batch of serialized records [B] -> dict of int32 / float32 tensors.
+
+    The original's older files have no `token_boundary`; it is not needed for training, so it
+    is dropped here and records with or without it both parse.
+    """
+    spec = feature_spec(max_seq_length, max_predictions_per_seq)
+    del spec["token_boundary"]
+    features = tf.io.parse_example(serialized, spec)
+    # int64 is slow or unsupported on TPU; every id fits int32.
+    return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in features.items()}
+
+
+def expand_file_patterns(patterns):
+    """Comma-separated globs (or a list of them) -> sorted list of files; errors if none."""
+    if isinstance(patterns, str):
+        patterns = [p for p in patterns.split(",") if p.strip()]
+    files = []
+    for pattern in patterns:
+        matched = tf.io.gfile.glob(pattern.strip())
+        if not matched:
+            raise RecordError(f"No input file matches {pattern!r}.")
+        files.extend(matched)
+    return sorted(set(files))
+
+
+def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
+    """Reads the first record and says clearly when its lengths do not match the flags."""
+    for record in tf.data.TFRecordDataset(files[:1]).take(1):
+        example = tf.train.Example.FromString(record.numpy())
+        feature = example.features.feature
+        if "input_ids" not in feature or "masked_lm_positions" not in feature:
+            raise RecordError(f"{files[0]} does not hold ALBERT pretraining records.")
+        seq = len(feature["input_ids"].int64_list.value)
+        preds = len(feature["masked_lm_positions"].int64_list.value)
+        if seq != max_seq_length or preds != max_predictions_per_seq:
+            raise RecordError(
+                f"{files[0]} holds records with max_seq_length={seq} and "
+                f"max_predictions_per_seq={preds}, but the flags say {max_seq_length} and "
+                f"{max_predictions_per_seq}; pass the values the data was created with."
+            )
+        return
+    raise RecordError(f"{files[0]} holds no records.")
+
+
+def pretraining_dataset(
+    input_files,
+    batch_size,
+    max_seq_length,
+    max_predictions_per_seq,
+    is_training,
+    input_context=None,
+    seed=None,
+    num_cpu_threads=4,
+):
+    """tf.data over pretraining TFRecords, as the original's input_fn but shardable.
+
+    Args:
+        input_files: comma-separated globs or a list of file names.
+        batch_size: per-pipeline batch size (per replica under a strategy's
+            `distribute_datasets_from_function`).
+        max_seq_length, max_predictions_per_seq: as the records were created.
+        is_training: repeat forever and shuffle files and records.
+        input_context: a `tf.distribute.InputContext`; files are sharded across input
+            pipelines (hosts / workers), or records when there are fewer files than pipelines.
+        seed: shuffle seed, for reproducible order.
+
+    Returns:
+        A `tf.data.Dataset` of dicts with the feature names above ([B, T] / [B, P] / [B, 1]).
+    """
+    files = input_files if isinstance(input_files, list) else expand_file_patterns(input_files)
+    check_record_shapes(files, max_seq_length, max_predictions_per_seq)
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    shard_records = False
+    if input_context and input_context.num_input_pipelines > 1:
+        if len(files) >= input_context.num_input_pipelines:
+            dataset = dataset.shard(
+                input_context.num_input_pipelines, input_context.input_pipeline_id
+            )
+        else:
+            shard_records = True
+    if is_training:
+        dataset = dataset.shuffle(len(files), seed=seed).repeat()
+        dataset = dataset.interleave(
+            tf.data.TFRecordDataset,
+            cycle_length=min(num_cpu_threads, len(files)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=seed is not None,
+        )
+    else:
+        dataset = dataset.flat_map(tf.data.TFRecordDataset)
+    if shard_records:
+        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    if is_training:
+        dataset = dataset.shuffle(buffer_size=1000, seed=seed)
+    dataset = dataset.batch(batch_size, drop_remainder=True)
+    dataset = dataset.map(
+        lambda records: parse_examples(records, max_seq_length, max_predictions_per_seq),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    return dataset.prefetch(tf.data.AUTOTUNE)
