@@ -71,7 +71,8 @@ class AlbertAttention(keras.layers.Layer):
         q = q * ops.cast(1.0 / math.sqrt(self.head_size), q.dtype)
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # [B, N, T, T]
         # Softmax in float32 whatever the compute dtype: bfloat16 sums lose the tail mass.
-        scores = ops.cast(scores, "float32") + attention_bias
+        # (Keras autocasts float call arguments to the compute dtype, hence the cast back.)
+        scores = ops.cast(scores, "float32") + ops.cast(attention_bias, "float32")
         probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
         probs = self.attention_dropout(probs, training=training)
         context = ops.matmul(probs, v)  # [B, N, T, D]
