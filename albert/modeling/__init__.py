@@ -3,5 +3,18 @@
 from albert.modeling.backbone import AlbertBackbone
 from albert.modeling.heads import AlbertMaskedLMHead, AlbertSentenceOrderHead
 from albert.modeling.pretrainer import AlbertPretrainer
+from albert.modeling.task_models import (
+    AlbertClassifier,
+    AlbertMultipleChoice,
+    AlbertQuestionAnswering,
+)
 
-__all__ = ["AlbertBackbone", "AlbertMaskedLMHead", "AlbertPretrainer", "AlbertSentenceOrderHead"]
+__all__ = [
+    "AlbertBackbone",
+    "AlbertClassifier",
+    "AlbertMaskedLMHead",
+    "AlbertMultipleChoice",
+    "AlbertPretrainer",
+    "AlbertQuestionAnswering",
+    "AlbertSentenceOrderHead",
+]
