@@ -1,0 +1,138 @@
+"""Checkpoints: the original TF1 release, HF transformers, and this project's Keras weights.
+
+`load_checkpoint` detects the format of a path and loads it, checking that every model
+variable is matched; `save_checkpoint` writes any of the three. TensorFlow is imported only
+for the TF1 format, so HF and Keras checkpoints load under any Keras backend.
+
+Example:
+    >>> model = AlbertPretrainer(AlbertConfig.from_json_file("albert_base/albert_config.json"))
+    >>> result = load_checkpoint(model, "albert_base")  # holds model.ckpt-best.*
+    >>> result.initialised  # variables the checkpoint did not hold
+    []
+"""
+
+from __future__ import annotations
+
+import os
+
+from absl import logging
+
+from albert.checkpoints import hf, keras_format
+from albert.checkpoints.table import CheckpointError, LoadResult
+
+__all__ = [
+    "FORMATS",
+    "CheckpointError",
+    "LoadResult",
+    "detect_format",
+    "load_checkpoint",
+    "read_config",
+    "save_checkpoint",
+]
+
+FORMATS = ("tf1", "hf", "keras")
+_EXPECTED = (
+    "expected a TF1 checkpoint prefix or directory, an HF directory (config.json + "
+    "model.safetensors) or Keras weights (*.weights.h5 with albert_config.json)"
+)
+
+
+def _tf1():
+    from albert.checkpoints import tf1  # imports TensorFlow
+
+    return tf1
+
+
+def detect_format(path: str) -> str:
+    """ "hf", "keras" or "tf1" for the checkpoint at `path`.
+
+    Raises:
+        CheckpointError: `path` holds none of them.
+    """
+    if hf.is_hf(path):
+        return "hf"
+    if keras_format.is_keras(path):
+        return "keras"
+    if "://" not in path and not os.path.exists(path) and not os.path.exists(path + ".index"):
+        raise CheckpointError(f"No checkpoint found at {path}: {_EXPECTED}.")
+    _tf1().resolve_prefix(path)  # raises naming what is wrong with the TF1 path
+    return "tf1"
+
+
+def read_config(path: str):
+    """The `AlbertConfig` stored with the checkpoint at `path`, or None when there is none.
+
+    An HF directory's `config.json` is converted; TF1 and Keras checkpoints may have an
+    `albert_config.json` beside them.
+    """
+    format_name = detect_format(path)
+    if format_name == "hf":
+        return hf.read_config(path)
+    if format_name == "keras":
+        return keras_format.read_config(path)
+    return _tf1().read_config(path)
+
+
+def load_checkpoint(model, path: str, format_name: str | None = None) -> LoadResult:
+    """Loads a TF1, HF or Keras checkpoint into `model`, matching every variable.
+
+    Args:
+        model: an AlbertBackbone, an AlbertPretrainer, or a model holding an AlbertBackbone as
+            `.backbone` (its other variables are left initialised and reported).
+        path: a TF1 prefix or directory, an HF directory or Keras weights.
+        format_name: "tf1", "hf" or "keras"; detected from `path` when None.
+
+    Returns:
+        A `LoadResult`: what was loaded, what was left initialised (e.g. pretraining heads an
+        encoder-only checkpoint lacks) and what was ignored (optimizer slots, heads a backbone
+        has no place for).
+
+    Raises:
+        CheckpointError: the path holds no checkpoint, or it does not fit the model (a missing,
+            unexpected or mis-shaped variable, or a config that differs).
+    """
+    format_name = format_name or detect_format(path)
+    if format_name == "hf":
+        result = hf.load(model, path)
+    elif format_name == "keras":
+        result = keras_format.load(model, path)
+    elif format_name == "tf1":
+        result = _tf1().load(model, path)
+    else:
+        raise CheckpointError(f"Unknown checkpoint format {format_name!r}; use one of {FORMATS}.")
+    logging.info(
+        "Loaded %d variables from the %s checkpoint %s.", len(result.loaded), format_name, path
+    )
+    if result.initialised:
+        logging.warning(
+            "The checkpoint %s has no values for %d variables, left initialised: %s",
+            path,
+            len(result.initialised),
+            ", ".join(result.initialised),
+        )
+    if result.ignored:
+        logging.info(
+            "Ignored %d checkpoint variables (optimizer slots, step, heads the model lacks, tied "
+            "copies): %s",
+            len(result.ignored),
+            ", ".join(result.ignored),
+        )
+    return result
+
+
+def save_checkpoint(model, directory: str, format_name: str) -> str:
+    """Writes `model` into `directory` as "tf1", "hf" or "keras" (see each module's `save`).
+
+    Returns:
+        What was written: the TF1 prefix, the HF directory or the Keras weights file.
+
+    Raises:
+        CheckpointError: an unknown format, or a sharing mode the format cannot express.
+    """
+    if format_name == "hf":
+        return hf.save(model, directory)
+    if format_name == "keras":
+        return keras_format.save(model, directory)
+    if format_name == "tf1":
+        return _tf1().save(model, directory)
+    raise CheckpointError(f"Unknown checkpoint format {format_name!r}; use one of {FORMATS}.")

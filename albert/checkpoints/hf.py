@@ -1,0 +1,319 @@
+"""HF transformers' AlbertForPreTraining format: `config.json` + `model.safetensors`.
+
+Read and written with `safetensors.numpy`, so neither torch nor TensorFlow is needed and this
+works under any Keras backend. torch `Linear` weights are stored [out, in], the transpose of a
+Keras `Dense` kernel; embeddings, LayerNorm and the SOP weights [2, H] are stored as ours.
+HF's `gelu` is the exact (erf) GELU, our `gelu_exact`; its `gelu_new` is our `gelu`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
+
+from albert.checkpoints.table import (
+    BACKBONE,
+    CheckpointError,
+    LoadResult,
+    NameTable,
+    assign,
+    bind,
+    check_config,
+    export_arrays,
+    exportable_config,
+    initialised_paths,
+    model_parts,
+    plan_load,
+)
+from albert.config import AlbertConfig, ConfigError
+
+HF_TABLE = NameTable(
+    backbone={
+        "albert.embeddings.word_embeddings.weight": "embeddings.word_embeddings",  # [V, E]
+        "albert.embeddings.position_embeddings.weight": "embeddings.position_embeddings",
+        "albert.embeddings.token_type_embeddings.weight": "embeddings.token_type_embeddings",
+        "albert.embeddings.LayerNorm.weight": "embeddings.layer_norm.gamma",
+        "albert.embeddings.LayerNorm.bias": "embeddings.layer_norm.beta",
+        "albert.encoder.embedding_hidden_mapping_in.weight": (
+            "embeddings.embedding_hidden_mapping_in.kernel"  # [H, E]
+        ),
+        "albert.encoder.embedding_hidden_mapping_in.bias": (
+            "embeddings.embedding_hidden_mapping_in.bias"
+        ),
+        "albert.pooler.weight": "pooler.kernel",
+        "albert.pooler.bias": "pooler.bias",
+    },
+    block_prefix="albert.encoder.albert_layer_groups.{group}.albert_layers.{inner}.",
+    attention={
+        "attention.query.weight": "query.kernel",  # [N*D, H]
+        "attention.query.bias": "query.bias",
+        "attention.key.weight": "key.kernel",
+        "attention.key.bias": "key.bias",
+        "attention.value.weight": "value.kernel",
+        "attention.value.bias": "value.bias",
+        "attention.dense.weight": "output_dense.kernel",
+        "attention.dense.bias": "output_dense.bias",
+        "attention.LayerNorm.weight": "layer_norm.gamma",
+        "attention.LayerNorm.bias": "layer_norm.beta",
+    },
+    ffn={
+        "ffn.weight": "intermediate.kernel",  # [I, H]
+        "ffn.bias": "intermediate.bias",
+        "ffn_output.weight": "output_dense.kernel",  # [H, I]
+        "ffn_output.bias": "output_dense.bias",
+        "full_layer_layer_norm.weight": "layer_norm.gamma",
+        "full_layer_layer_norm.bias": "layer_norm.beta",
+    },
+    masked_lm={
+        "predictions.dense.weight": "dense.kernel",  # [E, H]
+        "predictions.dense.bias": "dense.bias",
+        "predictions.LayerNorm.weight": "layer_norm.gamma",
+        "predictions.LayerNorm.bias": "layer_norm.beta",
+        "predictions.bias": "output_bias",  # [V]
+    },
+    sentence_order={
+        "sop_classifier.classifier.weight": "output_weights",  # [2, H], as ours
+        "sop_classifier.classifier.bias": "output_bias",
+    },
+    # Only Dense kernels come from torch Linear layers.
+    transposed=lambda name, path: path.endswith(".kernel"),
+)
+
+CONFIG_FILE = "config.json"
+_BASE_PREFIX = "albert."
+WEIGHTS_FILE = "model.safetensors"
+
+# The decoder is tied to the input embeddings and its bias to `predictions.bias`; some files
+# carry the copies. name -> the name it must equal.
+_TIED = {
+    "predictions.decoder.weight": "albert.embeddings.word_embeddings.weight",
+    "predictions.decoder.bias": "predictions.bias",
+}
+# Buffers (not parameters) that older files carry: name -> the value it must hold.
+_BUFFERS = {
+    "albert.embeddings.position_ids": lambda shape: np.arange(shape[-1]).reshape(shape),
+    "albert.embeddings.token_type_ids": lambda shape: np.zeros(shape),
+}
+
+# HF `hidden_act` -> ours, for the activations that mean the same function.
+_ACTIVATION_FROM_HF = {
+    "gelu_new": "gelu",
+    "gelu_pytorch_tanh": "gelu",
+    "gelu": "gelu_exact",
+    "relu": "relu",
+    "tanh": "tanh",
+    "silu": "silu",
+    "swish": "silu",
+    "linear": "linear",
+}
+_ACTIVATION_TO_HF = {
+    "gelu": "gelu_new",
+    "gelu_new": "gelu_new",
+    "gelu_exact": "gelu",
+    "relu": "relu",
+    "tanh": "tanh",
+    "silu": "silu",
+    "swish": "silu",
+    "linear": "linear",
+}
+# The ALBERT keys HF's config shares with `albert_config.json`; HF's defaults for absent ones.
+_HF_DEFAULTS = {
+    "vocab_size": 30000,
+    "embedding_size": 128,
+    "hidden_size": 4096,
+    "num_hidden_layers": 12,
+    "num_hidden_groups": 1,
+    "num_attention_heads": 64,
+    "intermediate_size": 16384,
+    "inner_group_num": 1,
+    "hidden_act": "gelu_new",
+    "hidden_dropout_prob": 0.0,
+    "attention_probs_dropout_prob": 0.0,
+    "max_position_embeddings": 512,
+    "type_vocab_size": 2,
+    "initializer_range": 0.02,
+}
+_LAYER_NORM_EPSILON = 1e-12
+
+
+def is_hf(path: str) -> bool:
+    """Whether `path` is a directory holding `config.json` and `model.safetensors`."""
+    return all(os.path.isfile(os.path.join(path, f)) for f in (CONFIG_FILE, WEIGHTS_FILE))
+
+
+def read_config(directory: str) -> AlbertConfig:
+    """Converts an HF ALBERT `config.json` into an `AlbertConfig`.
+
+    Raises:
+        CheckpointError: the file is missing, not an ALBERT config, or describes a model this
+            project does not compute (another activation, LayerNorm epsilon or position type).
+    """
+    path = os.path.join(directory, CONFIG_FILE)
+    if not os.path.isfile(path):
+        raise CheckpointError(f"No {CONFIG_FILE} in {directory}; is this an HF model directory?")
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}).") from None
+    if values.get("model_type", "albert") != "albert":
+        raise CheckpointError(f"{path} is a {values['model_type']!r} config, not an ALBERT one.")
+    keys = {key: values.get(key, default) for key, default in _HF_DEFAULTS.items()}
+    if keys["hidden_act"] not in _ACTIVATION_FROM_HF:
+        raise CheckpointError(
+            f"{path} has hidden_act={keys['hidden_act']!r}, which ALBERT here does not compute; "
+            f"use one of {', '.join(_ACTIVATION_FROM_HF)}."
+        )
+    keys["hidden_act"] = _ACTIVATION_FROM_HF[keys["hidden_act"]]
+    if values.get("layer_norm_eps", _LAYER_NORM_EPSILON) != _LAYER_NORM_EPSILON:
+        raise CheckpointError(
+            f"{path} has layer_norm_eps={values['layer_norm_eps']}; ALBERT uses 1e-12."
+        )
+    if values.get("position_embedding_type", "absolute") != "absolute":
+        raise CheckpointError(
+            f"{path} uses {values['position_embedding_type']} positions; ALBERT uses absolute ones."
+        )
+    try:
+        return AlbertConfig.from_dict(keys)
+    except ConfigError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
+def config_to_hf(config: AlbertConfig, architecture: str) -> dict:
+    """The HF `config.json` for `config` (not_shared is written as one group per layer)."""
+    config = exportable_config(config)
+    values = {key: getattr(config, key) for key in _HF_DEFAULTS}
+    values["hidden_act"] = _ACTIVATION_TO_HF[config.hidden_act]
+    values.update(
+        architectures=[architecture],
+        model_type="albert",
+        layer_norm_eps=_LAYER_NORM_EPSILON,
+        position_embedding_type="absolute",
+        classifier_dropout_prob=0.1,
+        # The SentencePiece ids of <pad>, [CLS] and [SEP] in the released vocabulary.
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
+    )
+    return values
+
+
+def load(model, directory: str) -> LoadResult:
+    """Loads an HF ALBERT directory into an AlbertBackbone, AlbertPretrainer or fine-tuning model.
+
+    Args:
+        model: the Keras model; its config must match `config.json`.
+        directory: holds `config.json` and `model.safetensors`.
+
+    Returns:
+        A `LoadResult`.
+
+    Raises:
+        CheckpointError: missing files, a config that differs from the model's, or any
+            missing, unexpected or mis-shaped tensor (nothing is assigned then).
+    """
+    checkpoint_config = read_config(directory)
+    check_config(
+        model_parts(model)[BACKBONE].config, checkpoint_config, os.path.join(directory, CONFIG_FILE)
+    )
+    weights_path = os.path.join(directory, WEIGHTS_FILE)
+    if not os.path.isfile(weights_path):
+        raise CheckpointError(
+            f"No {WEIGHTS_FILE} in {directory}; save the HF model with safe_serialization=True."
+        )
+    try:
+        with safe_open(weights_path, framework="np") as f:
+            stored_name = _model_names(f.keys())
+            shapes = {
+                name: tuple(f.get_slice(stored).get_shape()) for name, stored in stored_name.items()
+            }
+
+            def read(name):
+                return f.get_tensor(stored_name[name])
+
+            ignored = _tolerated(shapes, read, weights_path)
+            shapes = {name: shape for name, shape in shapes.items() if name not in ignored}
+            assignments, ignored_heads = plan_load(
+                bind(HF_TABLE, model, "HF"),
+                shapes,
+                HF_TABLE.head_names() | set(_TIED),
+                weights_path,
+            )
+            assign(assignments, read)
+    except SafetensorError as e:
+        raise CheckpointError(f"Cannot read {weights_path}: {e}") from None
+    return LoadResult(
+        path=directory,
+        format="hf",
+        loaded=sorted(assignments),
+        initialised=initialised_paths(model, [b.variable for b in assignments.values()]),
+        ignored=sorted(ignored + ignored_heads),
+    )
+
+
+def _model_names(stored_names) -> dict:
+    """name as in AlbertForPreTraining -> name as stored.
+
+    HF's AlbertModel (no heads) saves its names without the `albert.` prefix.
+    """
+    stored_names = list(stored_names)
+    bare = not any(n.startswith(_BASE_PREFIX) for n in stored_names) and any(
+        n.startswith("embeddings.") for n in stored_names
+    )
+    return {(_BASE_PREFIX + n if bare else n): n for n in stored_names}
+
+
+def _tolerated(shapes: dict, read, source: str) -> list:
+    """Names that carry no information of their own: tied copies and buffers, once checked.
+
+    Raises:
+        CheckpointError: a tied copy differs from what it is tied to, or a buffer is unusual.
+    """
+    tolerated = []
+    for name, original in _TIED.items():
+        if name in shapes:
+            if original in shapes and not np.array_equal(read(name), read(original)):
+                raise CheckpointError(
+                    f"{source}: {name} differs from {original}; ALBERT ties them, so an untied "
+                    "decoder cannot be loaded."
+                )
+            tolerated.append(name)
+    for name, expected in _BUFFERS.items():
+        if name in shapes:
+            if not np.array_equal(read(name), expected(shapes[name])):
+                raise CheckpointError(f"{source}: the buffer {name} holds unexpected values.")
+            tolerated.append(name)
+    return tolerated
+
+
+def save(model, directory: str) -> str:
+    """Writes `model` as an HF directory that `AlbertForPreTraining.from_pretrained` reads.
+
+    Args:
+        model: an AlbertPretrainer (written as AlbertForPreTraining) or an AlbertBackbone
+            (written as AlbertModel).
+        directory: created if needed; receives `config.json` and `model.safetensors`.
+
+    Returns:
+        `directory`.
+
+    Raises:
+        CheckpointError: the model's layer sharing cannot be written in HF names.
+    """
+    bound = bind(HF_TABLE, model, "HF")
+    has_heads = any(bound[part] for part in bound if part != BACKBONE)
+    config = model_parts(model)[BACKBONE].config
+    os.makedirs(directory, exist_ok=True)
+    # HF's loader checks that the file says it holds torch ("pt") tensors.
+    save_file(
+        export_arrays(bound), os.path.join(directory, WEIGHTS_FILE), metadata={"format": "pt"}
+    )
+    architecture = "AlbertForPreTraining" if has_heads else "AlbertModel"
+    with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
+        json.dump(config_to_hf(config, architecture), f, indent=2, sort_keys=True)
+        f.write("\n")
+    return directory

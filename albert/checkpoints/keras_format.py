@@ -1,0 +1,150 @@
+"""This project's own format: Keras `.weights.h5` files with `albert_config.json` beside them.
+
+Unlike TF1 and HF names it holds every sharing mode (`shared_attention`, `shared_ffn`). A
+directory holds `pretrainer.weights.h5` (an AlbertPretrainer's weights) or
+`backbone.weights.h5` (an AlbertBackbone's). The Keras loader matches weights by the model's
+structure and skips, with only a warning, blocks that the model lacks, so the config beside the
+weights is required and must match the model: with the same config and class, the structure,
+and so every weight, is the same.
+"""
+
+from __future__ import annotations
+
+import os
+
+from albert.checkpoints.table import (
+    BACKBONE,
+    CheckpointError,
+    LoadResult,
+    check_config,
+    model_parts,
+)
+from albert.config import AlbertConfig
+from albert.modeling import AlbertBackbone, AlbertPretrainer
+
+CONFIG_FILE = "albert_config.json"
+PRETRAINER_FILE = "pretrainer.weights.h5"
+BACKBONE_FILE = "backbone.weights.h5"
+_SUFFIX = ".weights.h5"
+
+
+def weights_path(path: str) -> str:
+    """The weights file `path` names: itself, or the one file a directory holds."""
+    if path.endswith(_SUFFIX) or not os.path.isdir(path):
+        return path
+    for name in (PRETRAINER_FILE, BACKBONE_FILE):
+        if os.path.isfile(os.path.join(path, name)):
+            return os.path.join(path, name)
+    return os.path.join(path, PRETRAINER_FILE)
+
+
+def is_keras(path: str) -> bool:
+    """Whether `path` is a `.weights.h5` file or a directory holding one that `save` writes."""
+    file = weights_path(path)
+    return file.endswith(_SUFFIX) and os.path.isfile(file)
+
+
+def read_config(path: str) -> AlbertConfig | None:
+    """The `albert_config.json` beside the weights, or None."""
+    config_path = os.path.join(os.path.dirname(weights_path(path)), CONFIG_FILE)
+    return AlbertConfig.from_json_file(config_path) if os.path.isfile(config_path) else None
+
+
+def load(model, path: str) -> LoadResult:
+    """Loads Keras weights that `save` wrote.
+
+    Pretrainer weights load into an AlbertPretrainer, or their backbone part into an
+    AlbertBackbone or any model with `.backbone`; backbone weights load into a backbone, or
+    into a pretrainer's backbone, leaving its heads initialised. Any other `.weights.h5`
+    file loads into a model of the class that saved it.
+
+    Args:
+        model: the Keras model; its config must match `albert_config.json`.
+        path: a directory that `save` wrote, or a `.weights.h5` file with
+            `albert_config.json` beside it.
+
+    Returns:
+        A `LoadResult`.
+
+    Raises:
+        CheckpointError: the files are missing, the config differs from the model's, or the
+            weights were saved from another model class.
+    """
+    file = weights_path(path)
+    if not os.path.isfile(file):
+        raise CheckpointError(f"No Keras weights at {path} (expected the file {file}).")
+    config = read_config(path)
+    config_path = os.path.join(os.path.dirname(file), CONFIG_FILE)
+    if config is None:
+        raise CheckpointError(
+            f"No {CONFIG_FILE} beside {file}; Keras weights are only checked against the config "
+            "they were saved with, so keep that file with them."
+        )
+    backbone = model_parts(model)[BACKBONE]
+    check_config(backbone.config, config, config_path)
+    saved_by = {PRETRAINER_FILE: AlbertPretrainer, BACKBONE_FILE: AlbertBackbone}.get(
+        os.path.basename(file)
+    )
+    target, ignored = _load_into(model, backbone, file, saved_by)
+    loaded = {id(v) for v in target.weights}
+    return LoadResult(
+        path=file,
+        format="keras",
+        loaded=[v.path for v in model.weights if id(v) in loaded],
+        initialised=[v.path for v in model.weights if id(v) not in loaded],
+        ignored=ignored,
+    )
+
+
+def _load_into(model, backbone, file: str, saved_by) -> tuple:
+    """Loads `file` into the part of `model` it fits; returns (that part, ignored names)."""
+    if saved_by is AlbertBackbone:
+        _load_weights(backbone, file)
+        return backbone, []
+    if saved_by is None or isinstance(model, AlbertPretrainer):
+        _load_weights(model, file)
+        return model, []
+    # Pretrainer weights into a backbone: load them whole, keep the backbone part.
+    pretrainer = AlbertPretrainer(backbone.config)
+    _load_weights(pretrainer, file)
+    backbone.set_weights(pretrainer.backbone.get_weights())
+    heads = pretrainer.masked_lm_head.weights + pretrainer.sentence_order_head.weights
+    return backbone, [v.path for v in heads]
+
+
+def _load_weights(model, file: str) -> None:
+    try:
+        model.load_weights(file)
+    except ValueError as e:
+        first_line = str(e).strip().splitlines()[0]
+        raise CheckpointError(
+            f"{file} was not saved from a {type(model).__name__} ({first_line}); load it into "
+            "the class that saved it."
+        ) from None
+
+
+def save(model, directory: str) -> str:
+    """Writes the model's weights and `albert_config.json` into `directory`.
+
+    Args:
+        model: an AlbertPretrainer (written as `pretrainer.weights.h5`) or an AlbertBackbone
+            (`backbone.weights.h5`); another model is written as `model.weights.h5`.
+        directory: created if needed.
+
+    Returns:
+        The weights file's path.
+    """
+    os.makedirs(directory, exist_ok=True)
+    if isinstance(model, AlbertPretrainer):
+        name = PRETRAINER_FILE
+    elif isinstance(model, AlbertBackbone):
+        name = BACKBONE_FILE
+    else:
+        name = "model" + _SUFFIX
+    for stale in {PRETRAINER_FILE, BACKBONE_FILE} - {name}:
+        if os.path.isfile(os.path.join(directory, stale)):
+            os.remove(os.path.join(directory, stale))
+    file = os.path.join(directory, name)
+    model.save_weights(file)
+    model_parts(model)[BACKBONE].config.to_json_file(os.path.join(directory, CONFIG_FILE))
+    return file

@@ -1,0 +1,262 @@
+"""The original TF1 checkpoints (google-research/albert): name table, reader and writer.
+
+Names are the original's (no `module/` prefix; TF-Hub modules add one, which is stripped).
+TF1 stores kernels as Keras does, [in, out], so nothing is transposed. Checkpoints written by
+the original training code also hold optimizer slots and `global_step`; they are skipped.
+A released tarball holds `model.ckpt-best.*` and no `checkpoint` state file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+from google.protobuf import text_format
+
+from albert.checkpoints.table import (
+    BACKBONE,
+    CheckpointError,
+    LoadResult,
+    NameTable,
+    assign,
+    bind,
+    check_config,
+    export_arrays,
+    exportable_config,
+    initialised_paths,
+    model_parts,
+    plan_load,
+)
+from albert.config import AlbertConfig
+
+TF1_TABLE = NameTable(
+    backbone={
+        "bert/embeddings/word_embeddings": "embeddings.word_embeddings",  # [V, E]
+        "bert/embeddings/position_embeddings": "embeddings.position_embeddings",  # [P, E]
+        "bert/embeddings/token_type_embeddings": "embeddings.token_type_embeddings",  # [T, E]
+        "bert/embeddings/LayerNorm/gamma": "embeddings.layer_norm.gamma",
+        "bert/embeddings/LayerNorm/beta": "embeddings.layer_norm.beta",
+        "bert/encoder/embedding_hidden_mapping_in/kernel": (
+            "embeddings.embedding_hidden_mapping_in.kernel"  # [E, H]
+        ),
+        "bert/encoder/embedding_hidden_mapping_in/bias": (
+            "embeddings.embedding_hidden_mapping_in.bias"
+        ),
+        "bert/pooler/dense/kernel": "pooler.kernel",  # [H, H]
+        "bert/pooler/dense/bias": "pooler.bias",
+    },
+    block_prefix="bert/encoder/transformer/group_{group}/inner_group_{inner}/",
+    attention={
+        "attention_1/self/query/kernel": "query.kernel",  # [H, N*D]
+        "attention_1/self/query/bias": "query.bias",
+        "attention_1/self/key/kernel": "key.kernel",
+        "attention_1/self/key/bias": "key.bias",
+        "attention_1/self/value/kernel": "value.kernel",
+        "attention_1/self/value/bias": "value.bias",
+        "attention_1/output/dense/kernel": "output_dense.kernel",  # [N*D, H]
+        "attention_1/output/dense/bias": "output_dense.bias",
+        "LayerNorm/gamma": "layer_norm.gamma",
+        "LayerNorm/beta": "layer_norm.beta",
+    },
+    ffn={
+        "ffn_1/intermediate/dense/kernel": "intermediate.kernel",  # [H, I]
+        "ffn_1/intermediate/dense/bias": "intermediate.bias",
+        # The original nests the FFN output under `intermediate`.
+        "ffn_1/intermediate/output/dense/kernel": "output_dense.kernel",  # [I, H]
+        "ffn_1/intermediate/output/dense/bias": "output_dense.bias",
+        "LayerNorm_1/gamma": "layer_norm.gamma",
+        "LayerNorm_1/beta": "layer_norm.beta",
+    },
+    masked_lm={
+        "cls/predictions/transform/dense/kernel": "dense.kernel",  # [H, E]
+        "cls/predictions/transform/dense/bias": "dense.bias",
+        "cls/predictions/transform/LayerNorm/gamma": "layer_norm.gamma",
+        "cls/predictions/transform/LayerNorm/beta": "layer_norm.beta",
+        "cls/predictions/output_bias": "output_bias",  # [V]
+    },
+    sentence_order={
+        "cls/seq_relationship/output_weights": "output_weights",  # [2, H]
+        "cls/seq_relationship/output_bias": "output_bias",
+    },
+    transposed=lambda name, path: False,
+)
+
+CONFIG_FILE = "albert_config.json"
+DEFAULT_PREFIX = "model.ckpt"
+_MODULE_PREFIX = "module/"
+_SLOT_SUFFIXES = ("/adam_m", "/adam_v", "/lamb_m", "/lamb_v")
+_MAPPING = "bert/encoder/embedding_hidden_mapping_in/"
+_DATA_SUFFIX = re.compile(r"\.data-\d+-of-\d+$")
+
+
+def resolve_prefix(path: str) -> str:
+    """The checkpoint prefix that `path` names.
+
+    Args:
+        path: a prefix (`.../model.ckpt-best`), one of its `.index` / `.data-*` files, or a
+            directory with a `checkpoint` state file or with a single checkpoint's files.
+
+    Returns:
+        The prefix, such that `prefix + ".index"` exists.
+
+    Raises:
+        CheckpointError: nothing, or more than one checkpoint, is found there.
+    """
+    if tf.io.gfile.isdir(path):
+        latest = tf.train.latest_checkpoint(path)
+        if latest:
+            return latest
+        prefixes = sorted(
+            p[: -len(".index")] for p in tf.io.gfile.glob(os.path.join(path, "*.index"))
+        )
+        if len(prefixes) == 1:
+            return prefixes[0]
+        if not prefixes:
+            raise CheckpointError(
+                f"No checkpoint found in directory {path}: no TF1 `checkpoint` or *.index file, "
+                "no HF config.json + model.safetensors, no Keras *.weights.h5."
+            )
+        best = os.path.join(path, "model.ckpt-best")
+        if best in prefixes:
+            return best
+        names = ", ".join(os.path.basename(p) for p in prefixes)
+        raise CheckpointError(
+            f"Directory {path} holds several checkpoints ({names}); pass one prefix instead."
+        )
+    prefix = _DATA_SUFFIX.sub("", path[: -len(".index")] if path.endswith(".index") else path)
+    if not tf.io.gfile.exists(prefix + ".index"):
+        raise CheckpointError(f"No TF1 checkpoint at {path} (expected the file {prefix}.index).")
+    return prefix
+
+
+def read_config(path: str) -> AlbertConfig | None:
+    """The `albert_config.json` beside the checkpoint at `path`, or None."""
+    config_path = os.path.join(os.path.dirname(resolve_prefix(path)), CONFIG_FILE)
+    return AlbertConfig.from_json_file(config_path) if tf.io.gfile.exists(config_path) else None
+
+
+def load(model, path: str) -> LoadResult:
+    """Loads a TF1 checkpoint into an AlbertBackbone, an AlbertPretrainer or a fine-tuning model.
+
+    Args:
+        model: the Keras model; its config must match the checkpoint's.
+        path: anything `resolve_prefix` accepts.
+
+    Returns:
+        A `LoadResult`.
+
+    Raises:
+        CheckpointError: no checkpoint, a config beside it that differs from the model's, or
+            any missing, unexpected or mis-shaped variable (nothing is assigned then).
+    """
+    prefix = resolve_prefix(path)
+    checkpoint_config = read_config(prefix)
+    backbone = model_parts(model)[BACKBONE]
+    if checkpoint_config is not None:
+        check_config(
+            backbone.config, checkpoint_config, os.path.join(os.path.dirname(prefix), CONFIG_FILE)
+        )
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        stored_shapes = reader.get_variable_to_shape_map()
+    except (tf.errors.OpError, ValueError) as e:
+        raise CheckpointError(f"Cannot read TF1 checkpoint {prefix}: {e}") from None
+    shapes, stored_name, ignored = _model_names(stored_shapes)
+    bound = bind(TF1_TABLE, model, "TF1")
+    identity_mapping = _lacks_mapping(backbone.config, shapes)
+    if identity_mapping:
+        for name in [n for n in bound[BACKBONE] if n.startswith(_MAPPING)]:
+            del bound[BACKBONE][name]
+    assignments, ignored_heads = plan_load(bound, shapes, TF1_TABLE.head_names(), prefix)
+    assign(assignments, lambda name: reader.get_tensor(stored_name[name]))
+    covered = [binding.variable for binding in assignments.values()]
+    if identity_mapping:
+        mapping = backbone.embeddings.embedding_hidden_mapping_in
+        _set_identity(mapping)
+        covered += [mapping.kernel, mapping.bias]
+        logging.info(
+            "%s has no %s (E == H, where the original has no mapping): set it to the identity.",
+            prefix,
+            _MAPPING,
+        )
+    return LoadResult(
+        path=prefix,
+        format="tf1",
+        loaded=sorted(assignments),
+        initialised=initialised_paths(model, covered),
+        ignored=sorted(ignored + ignored_heads),
+    )
+
+
+def _model_names(stored_shapes: dict) -> tuple:
+    """Drops optimizer slots and `global_step`, strips TF-Hub's `module/` prefix.
+
+    Returns:
+        (shapes, stored_name, ignored): name -> shape without the prefix, name -> the name as
+        stored, and the stored names skipped.
+    """
+    ignored = sorted(
+        n for n in stored_shapes if n.endswith(_SLOT_SUFFIXES) or n.split("/")[-1] == "global_step"
+    )
+    kept = [n for n in stored_shapes if n not in set(ignored)]
+    strip = bool(kept) and all(n.startswith(_MODULE_PREFIX) for n in kept)
+    stored_name = {(n[len(_MODULE_PREFIX) :] if strip else n): n for n in kept}
+    shapes = {name: tuple(stored_shapes[stored]) for name, stored in stored_name.items()}
+    return shapes, stored_name, ignored
+
+
+def _lacks_mapping(config: AlbertConfig, shapes: dict) -> bool:
+    # The original creates embedding_hidden_mapping_in only when E != H; with E == H its
+    # embeddings feed the first layer directly, which an identity mapping reproduces.
+    return config.embedding_size == config.hidden_size and not any(
+        n.startswith(_MAPPING) for n in shapes
+    )
+
+
+def _set_identity(dense) -> None:
+    dense.kernel.assign(np.eye(dense.kernel.shape[0], dtype="float32"))
+    dense.bias.assign(np.zeros(dense.bias.shape, dtype="float32"))
+
+
+def save(model, directory: str, prefix_name: str = DEFAULT_PREFIX) -> str:
+    """Writes `model` as a TF1 checkpoint with the original names, plus `albert_config.json`.
+
+    Args:
+        model: an AlbertBackbone or AlbertPretrainer (a backbone writes no `cls/` heads).
+        directory: created if needed; receives `<prefix_name>.index`, `.data-00000-of-00001`,
+            a `checkpoint` state file and `albert_config.json`.
+        prefix_name: the checkpoint's file prefix inside `directory`.
+
+    Returns:
+        The checkpoint prefix.
+
+    Raises:
+        CheckpointError: the model's layer sharing cannot be written in TF1 names.
+    """
+    arrays = export_arrays(bind(TF1_TABLE, model, "TF1"))
+    tf.io.gfile.makedirs(directory)
+    prefix = os.path.join(directory, prefix_name)
+    names = sorted(arrays)
+    tf.raw_ops.SaveV2(
+        prefix=prefix,
+        tensor_names=names,
+        shape_and_slices=[""] * len(names),
+        tensors=[arrays[name] for name in names],
+    )
+    _write_state_file(directory, prefix_name)
+    config = model_parts(model)[BACKBONE].config
+    exportable_config(config).to_json_file(os.path.join(directory, CONFIG_FILE))
+    return prefix
+
+
+def _write_state_file(directory: str, prefix_name: str) -> None:
+    """The `checkpoint` file through which `tf.train.latest_checkpoint(directory)` finds it."""
+    # A relative path keeps the directory movable.
+    state = tf.compat.v1.train.generate_checkpoint_state_proto(
+        directory, prefix_name, all_model_checkpoint_paths=[prefix_name]
+    )
+    with tf.io.gfile.GFile(os.path.join(directory, "checkpoint"), "w") as f:
+        f.write(text_format.MessageToString(state))

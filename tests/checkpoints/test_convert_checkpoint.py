@@ -1,0 +1,104 @@
+"""`python -m albert.convert_checkpoint`: every format to every other, and one-line errors."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from checkpoint_testing import (
+    HF_FIXTURE,
+    random_arrays,
+    read_tf1,
+    reference_tf1_shapes,
+    tiny_config,
+    write_tf1,
+)
+from safetensors.numpy import load_file
+
+from albert.checkpoints import CheckpointError
+from albert.convert_checkpoint import FLAGS, convert, main
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _run_cli(*flags):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "albert.convert_checkpoint", *flags],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+
+
+def test_hf_to_tf1_to_keras_to_hf_is_exact(tmp_path):
+    # The config comes from the input each time: HF config.json, then albert_config.json.
+    convert(HF_FIXTURE, str(tmp_path / "tf1"), "tf1")
+    convert(str(tmp_path / "tf1"), str(tmp_path / "keras"), "keras")
+    convert(str(tmp_path / "keras"), str(tmp_path / "hf"), "hf")
+    original = load_file(os.path.join(HF_FIXTURE, "model.safetensors"))
+    written = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    assert set(written) == set(original)
+    for name, value in original.items():
+        assert np.array_equal(written[name], value), name
+    tf1 = read_tf1(tmp_path / "tf1" / "model.ckpt")
+    np.testing.assert_array_equal(
+        tf1["bert/encoder/transformer/group_1/inner_group_1/ffn_1/intermediate/dense/kernel"],
+        original["albert.encoder.albert_layer_groups.1.albert_layers.1.ffn.weight"].T,
+    )
+
+
+def test_encoder_only_input_is_written_without_heads(tmp_path):
+    config = tiny_config()
+    config.to_json_file(str(tmp_path / "albert_config.json"))
+    write_tf1(
+        tmp_path / "model.ckpt-best", random_arrays(reference_tf1_shapes(config, heads=False))
+    )
+    convert(str(tmp_path), str(tmp_path / "hf"), "hf")
+    names = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    assert all(name.startswith("albert.") for name in names)
+    with open(tmp_path / "hf" / "config.json") as f:
+        assert json.load(f)["architectures"] == ["AlbertModel"]
+
+
+def test_config_file_flag_overrides_and_is_checked(tmp_path):
+    wrong = tiny_config(intermediate_size=40)
+    wrong.to_json_file(str(tmp_path / "wrong.json"))
+    with pytest.raises(CheckpointError, match="intermediate_size=40 vs 37"):
+        convert(HF_FIXTURE, str(tmp_path / "out"), "tf1", str(tmp_path / "wrong.json"))
+
+
+def test_tf1_input_without_any_config_asks_for_the_flag(tmp_path):
+    write_tf1(tmp_path / "model.ckpt-best", random_arrays(reference_tf1_shapes(tiny_config())))
+    with pytest.raises(CheckpointError, match="pass --albert_config_file"):
+        convert(str(tmp_path), str(tmp_path / "out"), "hf")
+
+
+def test_main_converts_from_flags(tmp_path):
+    flags = [f"--input={HF_FIXTURE}", f"--output={tmp_path}", "--output_format=keras"]
+    FLAGS(["convert_checkpoint", *flags])
+    try:
+        assert main([]) == 0
+    finally:
+        FLAGS.unparse_flags()
+    assert (tmp_path / "pretrainer.weights.h5").is_file()
+    assert (tmp_path / "albert_config.json").is_file()
+
+
+def test_cli_errors_are_one_line_without_traceback(tmp_path):
+    result = _run_cli(
+        f"--input={tmp_path / 'missing'}", f"--output={tmp_path / 'out'}", "--output_format=tf1"
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    message = [line for line in result.stderr.splitlines() if line.startswith("convert_checkpoint")]
+    assert message == [
+        f"convert_checkpoint: error: No checkpoint found at {tmp_path / 'missing'}: expected a TF1 "
+        "checkpoint prefix or directory, an HF directory (config.json + model.safetensors) or "
+        "Keras weights (*.weights.h5 with albert_config.json)."
+    ]

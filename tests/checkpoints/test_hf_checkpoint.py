@@ -1,0 +1,157 @@
+"""Importing and exporting HF transformers' AlbertForPreTraining format (no torch)."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from checkpoint_testing import HF_FIXTURE, randomize, tiny_config
+from safetensors.numpy import load_file, save_file
+
+from albert.checkpoints import CheckpointError, load_checkpoint, read_config, save_checkpoint
+from albert.modeling import AlbertBackbone, AlbertPretrainer
+
+WEIGHTS = "model.safetensors"
+
+
+def _fixture_copy(tmp_path, edit=None):
+    """A copy of the HF fixture whose tensors `edit` may change (dict name -> array)."""
+    directory = tmp_path / "hf"
+    shutil.copytree(HF_FIXTURE, directory)
+    if edit is not None:
+        tensors = load_file(str(directory / WEIGHTS))
+        edit(tensors)
+        save_file(tensors, str(directory / WEIGHTS), metadata={"format": "pt"})
+    return str(directory)
+
+
+def _loaded_pretrainer(path=HF_FIXTURE):
+    model = AlbertPretrainer(read_config(path))
+    return model, load_checkpoint(model, path)
+
+
+def test_fixture_loads_every_tensor_through_model_attributes():
+    model, result = _loaded_pretrainer()
+    tensors = load_file(os.path.join(HF_FIXTURE, WEIGHTS))
+    assert sorted(result.loaded) == sorted(tensors)
+    assert result.initialised == []
+    layer = "albert.encoder.albert_layer_groups.1.albert_layers.0."
+    encoder = model.backbone.encoder
+    # torch Linear weights are [out, in]: the transpose of Keras kernels.
+    np.testing.assert_array_equal(
+        encoder.attention_blocks[1][0].query.kernel.numpy(),
+        tensors[layer + "attention.query.weight"].T,
+    )
+    np.testing.assert_array_equal(
+        encoder.ffn_blocks[1][0].output_dense.kernel.numpy(), tensors[layer + "ffn_output.weight"].T
+    )
+    np.testing.assert_array_equal(
+        encoder.ffn_blocks[1][0].layer_norm.gamma.numpy(),
+        tensors[layer + "full_layer_layer_norm.weight"],
+    )
+    np.testing.assert_array_equal(
+        model.sentence_order_head.output_weights.numpy(),
+        tensors["sop_classifier.classifier.weight"],
+    )
+    np.testing.assert_array_equal(
+        model.masked_lm_head.output_bias.numpy(), tensors["predictions.bias"]
+    )
+
+
+def test_round_trip_preserves_every_tensor(tmp_path):
+    model, _ = _loaded_pretrainer()
+    save_checkpoint(model, str(tmp_path / "out"), "hf")
+    original = load_file(os.path.join(HF_FIXTURE, WEIGHTS))
+    written = load_file(str(tmp_path / "out" / WEIGHTS))
+    assert set(written) == set(original)
+    for name, value in original.items():
+        assert np.array_equal(written[name], value), name
+    assert read_config(str(tmp_path / "out")) == read_config(HF_FIXTURE)
+
+
+def test_tied_decoder_copies_and_buffers_are_tolerated(tmp_path):
+    def add_tied(tensors):
+        tensors["predictions.decoder.weight"] = tensors["albert.embeddings.word_embeddings.weight"]
+        tensors["predictions.decoder.bias"] = tensors["predictions.bias"]
+        tensors["albert.embeddings.position_ids"] = np.arange(16, dtype=np.int64)[None]
+
+    path = _fixture_copy(tmp_path, add_tied)
+    model, result = _loaded_pretrainer(path)
+    assert {"predictions.decoder.weight", "predictions.decoder.bias"} <= set(result.ignored)
+    assert "albert.embeddings.position_ids" in result.ignored
+    reference, _ = _loaded_pretrainer()
+    for a, b in zip(model.weights, reference.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_untied_decoder_is_an_error(tmp_path):
+    def add_untied(tensors):
+        tensors["predictions.decoder.weight"] = (
+            tensors["albert.embeddings.word_embeddings.weight"] + 1
+        )
+
+    with pytest.raises(CheckpointError, match="predictions.decoder.weight differs"):
+        _loaded_pretrainer(_fixture_copy(tmp_path, add_untied))
+
+
+def test_any_other_unmatched_name_is_an_error(tmp_path):
+    def add_extra(tensors):
+        tensors["albert.encoder.extra.weight"] = np.zeros(3, np.float32)
+
+    with pytest.raises(CheckpointError, match=r"unexpected 1: albert\.encoder\.extra\.weight"):
+        _loaded_pretrainer(_fixture_copy(tmp_path, add_extra))
+
+
+def test_hidden_act_names_convert_both_ways(tmp_path):
+    assert read_config(HF_FIXTURE).hidden_act == "gelu"  # HF gelu_new is the tanh form
+    exact = read_config(HF_FIXTURE.replace("hf_grouped", "hf_gelu_exact"))
+    assert exact.hidden_act == "gelu_exact"  # HF gelu is the erf form
+    for ours, theirs in [("gelu", "gelu_new"), ("gelu_exact", "gelu"), ("relu", "relu")]:
+        save_checkpoint(AlbertBackbone(tiny_config(hidden_act=ours)), str(tmp_path / ours), "hf")
+        with open(tmp_path / ours / "config.json") as f:
+            written = json.load(f)
+        assert written["hidden_act"] == theirs
+        assert written["architectures"] == ["AlbertModel"]
+        assert written["layer_norm_eps"] == 1e-12
+        assert read_config(str(tmp_path / ours)).hidden_act == ours
+
+
+def test_unsupported_hf_config_is_an_error(tmp_path):
+    path = _fixture_copy(tmp_path)
+    with open(os.path.join(path, "config.json")) as f:
+        config = json.load(f)
+    config["hidden_act"] = "gelu_fast"
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    with pytest.raises(CheckpointError, match="hidden_act='gelu_fast'"):
+        read_config(path)
+
+
+def test_backbone_export_and_hf_base_model_names(tmp_path):
+    model = randomize(AlbertPretrainer(tiny_config()))
+    save_checkpoint(model.backbone, str(tmp_path / "base"), "hf")
+    written = load_file(str(tmp_path / "base" / WEIGHTS))
+    assert written and all(name.startswith("albert.") for name in written)
+
+    # HF's AlbertModel saves its names without the `albert.` prefix.
+    bare = {name[len("albert.") :]: value for name, value in written.items()}
+    save_file(bare, str(tmp_path / "base" / WEIGHTS), metadata={"format": "pt"})
+    backbone = AlbertBackbone(tiny_config())
+    assert load_checkpoint(backbone, str(tmp_path / "base")).initialised == []
+    for a, b in zip(backbone.weights, model.backbone.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_not_shared_is_exported_as_one_group_per_layer(tmp_path):
+    config = tiny_config(num_hidden_layers=3, num_hidden_groups=1, layer_sharing="not_shared")
+    model = randomize(AlbertPretrainer(config))
+    save_checkpoint(model, str(tmp_path), "hf")
+    with open(tmp_path / "config.json") as f:
+        assert json.load(f)["num_hidden_groups"] == 3
+    names = load_file(str(tmp_path / WEIGHTS))
+    assert "albert.encoder.albert_layer_groups.2.albert_layers.1.ffn.weight" in names
+    again = AlbertPretrainer(config)
+    load_checkpoint(again, str(tmp_path))
+    for a, b in zip(model.weights, again.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

@@ -1,0 +1,89 @@
+"""This project's Keras weights format, and format detection."""
+
+import numpy as np
+import pytest
+from checkpoint_testing import (
+    HF_FIXTURE,
+    random_arrays,
+    randomize,
+    reference_tf1_shapes,
+    tiny_config,
+    write_tf1,
+)
+
+from albert.checkpoints import (
+    CheckpointError,
+    detect_format,
+    load_checkpoint,
+    read_config,
+    save_checkpoint,
+)
+from albert.modeling import AlbertBackbone, AlbertPretrainer
+
+
+def _assert_same_weights(variables, others):
+    assert len(variables) == len(others)
+    for a, b in zip(variables, others, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize("sharing", ["shared_attention", "shared_ffn"])
+def test_round_trip_in_every_sharing_mode(tmp_path, sharing):
+    config = tiny_config(layer_sharing=sharing)
+    model = randomize(AlbertPretrainer(config))
+    file = save_checkpoint(model, str(tmp_path), "keras")
+    assert file.endswith("pretrainer.weights.h5")
+    assert read_config(str(tmp_path)) == config
+    again = AlbertPretrainer(config)
+    result = load_checkpoint(again, str(tmp_path))
+    assert result.format == "keras" and result.initialised == []
+    _assert_same_weights(again.weights, model.weights)
+
+
+def test_backbone_and_pretrainer_weights_load_into_each_other(tmp_path):
+    pretrainer = randomize(AlbertPretrainer(tiny_config()))
+    save_checkpoint(pretrainer, str(tmp_path / "pretrainer"), "keras")
+    save_checkpoint(pretrainer.backbone, str(tmp_path / "backbone"), "keras")
+
+    # Backbone weights into a pretrainer: its heads stay initialised, and are listed.
+    into_pretrainer = AlbertPretrainer(tiny_config())
+    result = load_checkpoint(into_pretrainer, str(tmp_path / "backbone"))
+    _assert_same_weights(into_pretrainer.backbone.weights, pretrainer.backbone.weights)
+    heads = into_pretrainer.masked_lm_head.weights + into_pretrainer.sentence_order_head.weights
+    assert set(result.initialised) == {v.path for v in heads}
+
+    # Pretrainer weights into a backbone: the heads are ignored, and listed.
+    into_backbone = AlbertBackbone(tiny_config())
+    result = load_checkpoint(into_backbone, str(tmp_path / "pretrainer"))
+    _assert_same_weights(into_backbone.weights, pretrainer.backbone.weights)
+    assert result.initialised == [] and len(result.ignored) == 7
+
+
+def test_keras_weights_need_their_config(tmp_path):
+    save_checkpoint(AlbertPretrainer(tiny_config()), str(tmp_path), "keras")
+    (tmp_path / "albert_config.json").unlink()
+    with pytest.raises(CheckpointError, match="No albert_config.json beside"):
+        load_checkpoint(AlbertPretrainer(tiny_config()), str(tmp_path))
+
+
+def test_keras_weights_of_another_structure_are_an_error(tmp_path):
+    # Keras alone would load group 0 and skip group 1 with a warning.
+    save_checkpoint(AlbertPretrainer(tiny_config()), str(tmp_path), "keras")
+    with pytest.raises(CheckpointError, match="num_hidden_groups=1 vs 2"):
+        load_checkpoint(AlbertPretrainer(tiny_config(num_hidden_groups=1)), str(tmp_path))
+    with pytest.raises(CheckpointError, match="layer_sharing='shared_ffn' vs 'all_shared'"):
+        load_checkpoint(AlbertPretrainer(tiny_config(layer_sharing="shared_ffn")), str(tmp_path))
+
+
+def test_detect_format(tmp_path):
+    save_checkpoint(AlbertBackbone(tiny_config()), str(tmp_path / "keras"), "keras")
+    write_tf1(
+        tmp_path / "tf1" / "model.ckpt-best", random_arrays(reference_tf1_shapes(tiny_config()))
+    )
+    assert detect_format(HF_FIXTURE) == "hf"
+    assert detect_format(str(tmp_path / "keras")) == "keras"
+    assert detect_format(str(tmp_path / "keras" / "backbone.weights.h5")) == "keras"
+    assert detect_format(str(tmp_path / "tf1")) == "tf1"
+    assert detect_format(str(tmp_path / "tf1" / "model.ckpt-best")) == "tf1"
+    with pytest.raises(CheckpointError, match="No checkpoint found"):
+        detect_format(str(tmp_path))

@@ -1,0 +1,102 @@
+"""The same numbers on another Keras backend, and close numbers under mixed bfloat16."""
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from albert.checkpoints import load_checkpoint, read_config
+from albert.modeling import AlbertPretrainer
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "tests" / "fixtures" / "hf_grouped"
+INPUT_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
+OUTPUTS = {
+    "sequence_output": "last_hidden_state",
+    "pooled_output": "pooler_output",
+    "mlm_logits": "prediction_logits",
+    "sop_logits": "sop_logits",
+}
+
+# Run in a fresh interpreter, since the backend is chosen once, at `import keras`.
+FORWARD_SCRIPT = """
+import json, sys
+import keras
+import numpy as np
+from albert.checkpoints import load_checkpoint, read_config
+from albert.modeling import AlbertPretrainer
+
+fixture, output = sys.argv[1], sys.argv[2]
+data = np.load(fixture + "/parity.npz")
+model = AlbertPretrainer(read_config(fixture))
+load_checkpoint(model, fixture)
+inputs = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
+outputs = model({k: data[k] for k in inputs})
+np.savez(output, **{k: keras.ops.convert_to_numpy(v) for k, v in outputs.items()})
+print(json.dumps({"backend": keras.backend.backend(), "tensorflow": "tensorflow" in sys.modules}))
+"""
+
+
+def forward_in_subprocess(backend, output):
+    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run(
+        [sys.executable, "-c", FORWARD_SCRIPT, str(FIXTURE), str(output)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1]), np.load(output)
+
+
+def forward_here():
+    data = np.load(FIXTURE / "parity.npz")
+    model = AlbertPretrainer(read_config(str(FIXTURE)))
+    load_checkpoint(model, str(FIXTURE))
+    outputs = model({k: data[k] for k in INPUT_KEYS})
+    return {
+        k: keras.ops.convert_to_numpy(keras.ops.cast(v, "float32")) for k, v in outputs.items()
+    }, data
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("jax") is None,
+    reason="Keras' numpy backend imports jax, which is not installed",
+)
+def test_numpy_backend_matches_tensorflow_and_hf(tmp_path):
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("this process does not run the TensorFlow backend")
+    info, numpy_outputs = forward_in_subprocess("numpy", tmp_path / "numpy.npz")
+    assert info == {"backend": "numpy", "tensorflow": False}  # no TensorFlow import on the way
+    tf_outputs, expected = forward_here()
+    for ours, theirs in OUTPUTS.items():
+        assert np.abs(numpy_outputs[ours] - expected[theirs]).max() <= 1e-4, ours
+        assert np.abs(tf_outputs[ours] - expected[theirs]).max() <= 1e-4, ours
+        assert np.abs(numpy_outputs[ours] - tf_outputs[ours]).max() <= 1e-5, ours
+
+
+def test_mixed_bfloat16_runs_close_to_float32():
+    data = np.load(FIXTURE / "parity.npz")
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = AlbertPretrainer(read_config(str(FIXTURE)))
+    finally:
+        keras.config.set_dtype_policy("float32")
+    load_checkpoint(model, str(FIXTURE))
+    assert {variable.dtype for variable in model.weights} == {"float32"}
+    outputs = model({k: data[k] for k in INPUT_KEYS})
+    assert keras.backend.standardize_dtype(outputs["mlm_logits"].dtype) == "float32"
+    assert keras.backend.standardize_dtype(outputs["sop_logits"].dtype) == "float32"
+    for ours, theirs in OUTPUTS.items():
+        actual = keras.ops.convert_to_numpy(keras.ops.cast(outputs[ours], "float32"))
+        expected = data[theirs]
+        # bfloat16 keeps 8 bits of mantissa: allow 5% of the output's range.
+        assert np.abs(actual - expected).max() <= 0.05 * np.abs(expected).max(), ours

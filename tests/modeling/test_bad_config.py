@@ -1,0 +1,80 @@
+"""AlbertConfig refuses configs that cannot describe an ALBERT model, naming the key."""
+
+import json
+
+import pytest
+
+from albert.config import AlbertConfig, ConfigError
+
+VALID = dict(
+    vocab_size=99,
+    embedding_size=10,
+    hidden_size=18,
+    num_attention_heads=3,
+    intermediate_size=37,
+    num_hidden_layers=4,
+    num_hidden_groups=2,
+    inner_group_num=2,
+    max_position_embeddings=16,
+    type_vocab_size=3,
+)
+
+
+def test_valid_config_builds():
+    assert AlbertConfig(**VALID).head_size == 6
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(num_attention_heads=4), "`hidden_size` must be divisible by `num_attention_heads`"),
+        (dict(num_hidden_groups=3), "`num_hidden_layers` must be divisible by `num_hidden_groups`"),
+        (dict(hidden_act="gelu_fast"), "`hidden_act` must be one of"),
+        (dict(layer_sharing="half_shared"), "`layer_sharing` must be one of"),
+        (dict(hidden_dropout_prob=1.0), "`hidden_dropout_prob` must be in"),
+        (dict(initializer_range=0.0), "`initializer_range` must be positive"),
+    ],
+)
+def test_inconsistent_values(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        AlbertConfig(**{**VALID, **changes})
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "vocab_size",
+        "embedding_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_hidden_groups",
+        "num_attention_heads",
+        "intermediate_size",
+        "inner_group_num",
+        "max_position_embeddings",
+        "type_vocab_size",
+    ],
+)
+@pytest.mark.parametrize("value", [0, -1, 2.5, True])
+def test_sizes_must_be_positive_integers(key, value):
+    with pytest.raises(ConfigError, match=f"`{key}` must be a positive integer"):
+        AlbertConfig(**{**VALID, key: value})
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="Config file not found"):
+        AlbertConfig.from_json_file(str(tmp_path / "missing.json"))
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(ConfigError, match="is not valid JSON"):
+        AlbertConfig.from_json_file(str(tmp_path / "broken.json"))
+    (tmp_path / "no_vocab.json").write_text(json.dumps({"hidden_size": 18}))
+    with pytest.raises(ConfigError, match="no `vocab_size`"):
+        AlbertConfig.from_json_file(str(tmp_path / "no_vocab.json"))
+
+
+def test_released_extra_keys_are_kept_not_used(tmp_path):
+    values = {**VALID, "net_structure_type": 0, "gap_size": 0, "layers_to_keep": []}
+    (tmp_path / "albert_config.json").write_text(json.dumps(values))
+    config = AlbertConfig.from_json_file(str(tmp_path / "albert_config.json"))
+    assert config.extra == {"net_structure_type": 0, "gap_size": 0, "layers_to_keep": []}
+    assert config.to_dict()["gap_size"] == 0
