@@ -1,0 +1,415 @@
+"""GLUE tasks: readers for the GLUE TSV files, feature conversion, cached datasets.
+
+Each task reads the files of the GLUE download (`download_glue_data.py` layout), from
+`--data_dir` itself or from its task folder (`--data_dir=glue/` finds `glue/MRPC/train.tsv`,
+as the original ALBERT expects; `--data_dir=glue/MRPC` works too):
+
+    task      folder      files (train / dev / test)                      labels
+    cola      CoLA        train.tsv dev.tsv test.tsv                      0 1
+    sst-2     SST-2       train.tsv dev.tsv test.tsv                      0 1
+    mrpc      MRPC        train.tsv dev.tsv test.tsv                      0 1
+    sts-b     STS-B       train.tsv dev.tsv test.tsv                      float score (regression)
+    qqp       QQP         train.tsv dev.tsv test.tsv                      0 1
+    mnli      MNLI        train.tsv dev_matched.tsv test_matched.tsv      contradiction entailment neutral
+    mismnli   MNLI        train.tsv dev_mismatched.tsv test_mismatched.tsv (as mnli)
+    qnli      QNLI        train.tsv dev.tsv test.tsv                      entailment not_entailment
+    rte       RTE         train.tsv dev.tsv test.tsv                      entailment not_entailment
+    wnli      WNLI        train.tsv dev.tsv test.tsv                      0 1
+    ax        diagnostic  test only: AX.tsv or diagnostic.tsv             (as mnli; predicted by an MNLI model)
+
+Files are split on tabs only, without csv quoting: MRPC and others hold unbalanced `"` that a
+quoting reader would glue across lines. A row with too few columns is an error naming the file
+and line, except in QQP, whose files hold a few malformed rows: these are skipped (as the
+original does) and counted in a warning. Test examples keep the file's index column as their
+`guid`, which is the `index` of the GLUE submission file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import os
+
+import tensorflow as tf
+from absl import logging
+
+from albert.data.features import (
+    file_fingerprint,
+    load_or_create_features,
+    pack_segments,
+    special_token_ids,
+    tokenizer_fingerprint,
+)
+
+SPLITS = ("train", "dev", "test")
+MNLI_LABELS = ("contradiction", "entailment", "neutral")
+NLI_LABELS = ("entailment", "not_entailment")
+BINARY_LABELS = ("0", "1")
+TASK_ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "mnli-m": "mnli", "mnli-mm": "mismnli"}
+
+
+class GlueDataError(ValueError):
+    """A GLUE task name, file or row that cannot be read (a user-facing error)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class InputExample:
+    """One GLUE example.
+
+    Attributes:
+        guid: the file's index column (test: the submission's `index`), or `{split}-{line}`
+            for files without one.
+        text_a: the first sentence.
+        text_b: the second sentence, or None for single-sentence tasks.
+        label: a label string, a float score (STS-B), or None (test).
+    """
+
+    guid: str
+    text_a: str
+    text_b: str | None = None
+    label: str | float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Columns:
+    """Where a file's fields are: 0-based columns, -1 for the last one, None when absent."""
+
+    header: bool
+    text_a: int
+    text_b: int | None = None
+    label: int | None = None
+    index: int | None = None
+
+    def required(self):
+        """[(field, number of columns a row needs to hold it)], in column order."""
+        fields = [("index", self.index), ("text_a", self.text_a), ("text_b", self.text_b)]
+        needed = [(name, column + 1) for name, column in fields if column is not None]
+        if self.label is not None:
+            # A last-column label must come after every other field.
+            count = self.label + 1 if self.label >= 0 else max(n for _, n in needed) + 1
+            needed.append(("label", count))
+        return sorted(needed, key=lambda item: item[1])
+
+
+_COLA_TRAIN = Columns(header=False, text_a=3, label=1)  # source, label, original label, text
+_SST2_TRAIN = Columns(header=True, text_a=0, label=1)
+_SINGLE_TEST = Columns(header=True, index=0, text_a=1)
+_PAIR_TRAIN = Columns(header=True, index=0, text_a=1, text_b=2, label=-1)
+_PAIR_TEST = Columns(header=True, index=0, text_a=1, text_b=2)
+_MNLI_TRAIN = Columns(header=True, index=0, text_a=8, text_b=9, label=-1)
+_MNLI_TEST = Columns(header=True, index=0, text_a=8, text_b=9)
+_STANDARD_FILES = {"train": ("train.tsv",), "dev": ("dev.tsv",), "test": ("test.tsv",)}
+
+
+@dataclasses.dataclass(frozen=True)
+class GlueTask:
+    """How to read one GLUE task and name its outputs.
+
+    Attributes:
+        name: the canonical `--task_name` (lower case).
+        folder: the task's folder in the GLUE download (also tried under `--data_dir`).
+        labels: the label strings of the GLUE server, in class-id order; () for regression.
+        train_columns: the layout of train and dev files (None: no train/dev set).
+        test_columns: the layout of the test file.
+        submission_file: the file name the GLUE server expects for test predictions.
+        files: split -> candidate file names.
+        skip_malformed: skip train/dev rows whose column count differs from the header's
+            (QQP); elsewhere a row short of a needed column is an error.
+    """
+
+    name: str
+    folder: str
+    labels: tuple
+    train_columns: Columns | None
+    test_columns: Columns
+    submission_file: str
+    files: dict = dataclasses.field(default_factory=lambda: _STANDARD_FILES)
+    skip_malformed: bool = False
+
+    @property
+    def is_regression(self):
+        return not self.labels
+
+    @property
+    def num_labels(self):
+        """Outputs of the classifier head: 1 for regression."""
+        return len(self.labels) or 1
+
+
+def _mnli_files(kind):
+    return {"train": ("train.tsv",), "dev": (f"dev_{kind}.tsv",), "test": (f"test_{kind}.tsv",)}
+
+
+_TASK_LIST = (
+    GlueTask("cola", "CoLA", BINARY_LABELS, _COLA_TRAIN, _SINGLE_TEST, "CoLA.tsv"),
+    GlueTask("sst-2", "SST-2", BINARY_LABELS, _SST2_TRAIN, _SINGLE_TEST, "SST-2.tsv"),
+    GlueTask(
+        "mrpc",
+        "MRPC",
+        BINARY_LABELS,
+        Columns(header=True, text_a=3, text_b=4, label=0),
+        Columns(header=True, index=0, text_a=3, text_b=4),
+        "MRPC.tsv",
+    ),
+    GlueTask(
+        "sts-b",
+        "STS-B",
+        (),
+        Columns(header=True, index=0, text_a=7, text_b=8, label=-1),
+        Columns(header=True, index=0, text_a=7, text_b=8),
+        "STS-B.tsv",
+    ),
+    GlueTask(
+        "qqp",
+        "QQP",
+        BINARY_LABELS,
+        Columns(header=True, index=0, text_a=3, text_b=4, label=5),
+        Columns(header=True, index=0, text_a=1, text_b=2),
+        "QQP.tsv",
+        skip_malformed=True,
+    ),
+    GlueTask(
+        "mnli", "MNLI", MNLI_LABELS, _MNLI_TRAIN, _MNLI_TEST, "MNLI-m.tsv", _mnli_files("matched")
+    ),
+    GlueTask(
+        "mismnli",
+        "MNLI",
+        MNLI_LABELS,
+        _MNLI_TRAIN,
+        _MNLI_TEST,
+        "MNLI-mm.tsv",
+        _mnli_files("mismatched"),
+    ),
+    GlueTask("qnli", "QNLI", NLI_LABELS, _PAIR_TRAIN, _PAIR_TEST, "QNLI.tsv"),
+    GlueTask("rte", "RTE", NLI_LABELS, _PAIR_TRAIN, _PAIR_TEST, "RTE.tsv"),
+    GlueTask("wnli", "WNLI", BINARY_LABELS, _PAIR_TRAIN, _PAIR_TEST, "WNLI.tsv"),
+    # GLUE's download script saves AX.tsv as diagnostic/diagnostic.tsv.
+    GlueTask(
+        "ax",
+        "diagnostic",
+        MNLI_LABELS,
+        None,
+        _PAIR_TEST,
+        "AX.tsv",
+        {"test": ("AX.tsv", "diagnostic.tsv")},
+    ),
+)
+TASKS = {task.name: task for task in _TASK_LIST}
+
+
+def get_task(task_name):
+    """The `GlueTask` of a `--task_name` (case-insensitive; "sst2", "stsb" also accepted).
+
+    Raises:
+        GlueDataError: an unknown task name.
+    """
+    name = task_name.strip().lower()
+    name = TASK_ALIASES.get(name, name)
+    if name not in TASKS:
+        raise GlueDataError(f"Unknown --task_name={task_name!r}; choose one of {', '.join(TASKS)}.")
+    return TASKS[name]
+
+
+def find_data_file(task, data_dir, split):
+    """The path of a task's split file under `data_dir` or its GLUE task folder.
+
+    Raises:
+        GlueDataError: the split does not exist for the task, or no candidate file exists.
+    """
+    if split not in SPLITS:
+        raise GlueDataError(f"Unknown split {split!r}; choose one of {', '.join(SPLITS)}.")
+    if split not in task.files:
+        raise GlueDataError(
+            f"GLUE task {task.name} has only a test set; fine-tune and evaluate with "
+            "--task_name=mnli, then predict ax with that model."
+        )
+    directories = [data_dir, os.path.join(data_dir, task.folder)]
+    candidates = [os.path.join(d, name) for d in directories for name in task.files[split]]
+    for path in candidates:
+        if tf.io.gfile.exists(path):
+            return path
+    raise GlueDataError(
+        f"No {task.name} {split} file in --data_dir={data_dir} (looked for "
+        f"{', '.join(candidates)}); point --data_dir at the GLUE data of {task.folder}."
+    )
+
+
+def _open_text(path):
+    # tf.io.gfile also reads gs:// and other file systems, but is ~10x slower per line.
+    if "://" in path:
+        return tf.io.gfile.GFile(path, "r")
+    # Lines end at "\n" only: a stray "\r" inside a field must not split the row.
+    return open(path, encoding="utf-8", newline="\n")
+
+
+def _read_rows(path):
+    """(line number, columns) of every non-empty line; tabs only, no quoting."""
+    with _open_text(path) as f:
+        for line_number, line in enumerate(f, start=1):
+            line = line.rstrip("\r\n")
+            if line_number == 1:
+                line = line.lstrip("\ufeff")  # a UTF-8 byte order mark
+            if line:
+                yield line_number, line.split("\t")
+
+
+def _parse_label(task, raw, path, line_number):
+    if task.is_regression:
+        try:
+            score = float(raw)
+        except ValueError:
+            score = math.nan
+        if not math.isfinite(score):
+            raise GlueDataError(
+                f"{path} line {line_number} has the score {raw!r}, which is not a number."
+            )
+        return score
+    if raw not in task.labels:
+        raise GlueDataError(
+            f"{path} line {line_number} has the label {raw!r}, but {task.name} labels are "
+            f"{', '.join(task.labels)}; is this the {task.folder} file?"
+        )
+    return raw
+
+
+def read_examples(task_name, data_dir, split):
+    """The `InputExample`s of one split of a GLUE task, in file order.
+
+    Args:
+        task_name: a `--task_name` (see `get_task`).
+        data_dir: the GLUE directory, or the task's folder in it.
+        split: "train", "dev" or "test" (test examples have label None).
+
+    Returns:
+        list of `InputExample`.
+
+    Raises:
+        GlueDataError: an unknown task or split, a missing file, a row without a needed
+            column (outside QQP), or an unknown label.
+    """
+    task = get_task(task_name)
+    path = find_data_file(task, data_dir, split)
+    columns = task.test_columns if split == "test" else task.train_columns
+    required = columns.required()
+    # A skipped test row would be missing from the submission, so only train/dev rows skip.
+    skip_malformed = task.skip_malformed and split != "test"
+    examples, num_columns, skipped = [], None, 0
+    for line_number, row in _read_rows(path):
+        if num_columns is None and columns.header:
+            num_columns = len(row)
+            continue
+        if skip_malformed and len(row) != num_columns:
+            skipped += 1
+            continue
+        for field, count in required:
+            if len(row) < count:
+                raise GlueDataError(
+                    f"{path} line {line_number} has {len(row)} tab-separated columns, but "
+                    f"{task.name} needs {count} to read its {field}; is this the "
+                    f"{task.folder} {split} file?"
+                )
+        guid = row[columns.index] if columns.index is not None else f"{split}-{line_number}"
+        text_b = row[columns.text_b] if columns.text_b is not None else None
+        label = None
+        if columns.label is not None:
+            label = _parse_label(task, row[columns.label], path, line_number)
+        examples.append(InputExample(guid, row[columns.text_a], text_b, label))
+    if skipped:
+        logging.warning(
+            "Skipped %d malformed rows of %s (column count unlike the header's).", skipped, path
+        )
+    return examples
+
+
+def label_id(task, label):
+    """A label string -> class id, a score -> float; None (test) -> 0 / 0.0."""
+    if task.is_regression:
+        return 0.0 if label is None else float(label)
+    if label is None:
+        return 0
+    try:
+        return task.labels.index(label)
+    except ValueError:
+        raise GlueDataError(
+            f"Label {label!r} is not a {task.name} label ({', '.join(task.labels)})."
+        ) from None
+
+
+def convert_examples_to_features(examples, task_name, max_seq_length, tokenizer):
+    """Tokenizes examples into the original's classifier features.
+
+    Args:
+        examples: list of `InputExample`.
+        task_name: a `--task_name`.
+        max_seq_length: T; pairs are cut by BERT's truncate-the-longer rule.
+        tokenizer: any object with `tokenize(text)` and `convert_tokens_to_ids(tokens)`
+            whose vocabulary holds `[CLS]` and `[SEP]` (an `albert.tokenization.FullTokenizer`).
+
+    Returns:
+        list of dicts: `input_ids`, `input_mask`, `segment_ids` (T ints each), `label_ids`
+        (int class id, or float for STS-B) and `is_real_example` (1).
+    """
+    task = get_task(task_name)
+    cls_id, sep_id = special_token_ids(tokenizer)
+    features = []
+    for example in examples:
+        ids_a = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(example.text_a))
+        ids_b = None
+        if example.text_b:
+            ids_b = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(example.text_b))
+        feature = pack_segments(ids_a, ids_b, max_seq_length, cls_id, sep_id)
+        feature["label_ids"] = label_id(task, example.label)
+        feature["is_real_example"] = 1
+        features.append(feature)
+    return features
+
+
+def cache_file_name(task_name, split, max_seq_length, fingerprint):
+    """`{task}_{split}_seq{T}_{fingerprint}.tfrecord`, e.g. `mrpc_dev_seq128_0123456789ab...`."""
+    return f"{get_task(task_name).name}_{split}_seq{max_seq_length}_{fingerprint}.tfrecord"
+
+
+def load_features(task_name, data_dir, split, tokenizer, max_seq_length, cache_dir=None):
+    """A split as an unbatched `tf.data.Dataset` of features, tokenized at most once.
+
+    With `cache_dir`, the features are written there as TFRecords whose file name encodes the
+    task, split, max_seq_length and a hash of the tokenizer's model file, `do_lower_case` and
+    the data file's bytes; a later call with the same inputs reads that file instead of
+    tokenizing again.
+
+    Args:
+        task_name, data_dir, split: see `read_examples`.
+        tokenizer: an `albert.tokenization.FullTokenizer` (a model file is needed to cache).
+        max_seq_length: T.
+        cache_dir: directory of the feature cache, or None to keep the features in memory.
+
+    Returns:
+        An `albert.data.features.CachedFeatures` (`dataset`, `num_examples`, `from_cache`,
+        `path`); the dataset's elements are dicts of `input_ids`, `input_mask`,
+        `segment_ids` ([T] int32), `label_ids` (int32, float32 for STS-B) and
+        `is_real_example` (int32), in file order.
+    """
+    task = get_task(task_name)
+
+    def create():
+        examples = read_examples(task.name, data_dir, split)
+        if not examples:
+            raise GlueDataError(f"The {task.name} {split} file under {data_dir} has no rows.")
+        return convert_examples_to_features(examples, task.name, max_seq_length, tokenizer)
+
+    path = None
+    if cache_dir:
+        digest = hashlib.sha256(tokenizer_fingerprint(tokenizer).encode())
+        file_fingerprint(find_data_file(task, data_dir, split), digest)
+        name = cache_file_name(task.name, split, max_seq_length, digest.hexdigest()[:12])
+        path = os.path.join(cache_dir, name)
+    cached = load_or_create_features(path, create)
+    logging.info(
+        "%s %s: %d examples %s.",
+        task.name,
+        split,
+        cached.num_examples,
+        f"read from {path}" if cached.from_cache else "tokenized",
+    )
+    return cached

@@ -1,0 +1,56 @@
+"""Evaluation metrics and the result files every fine-tuning task writes.
+
+`albert.metrics.glue` holds the GLUE metrics (numpy only) and GLUE's prediction files,
+`albert.metrics.squad` the official SQuAD evaluation; this module holds what every task
+shares: `eval_results.txt`, one `key = value` line per metric. TensorFlow (for `tf.io.gfile`,
+so results can go to any file system the run writes checkpoints to) is imported only when a
+file is written, so that importing a metric stays light.
+"""
+
+from __future__ import annotations
+
+import os
+
+EVAL_RESULTS_FILE = "eval_results.txt"
+# The original ends each evaluated checkpoint's block in eval_results.txt with this line.
+BLOCK_SEPARATOR = "=" * 50
+
+
+def format_eval_results(results):
+    """`key = value` lines sorted by key, as the original's `eval_results.txt`.
+
+    Args:
+        results: dict of metric name -> number (or anything printable).
+
+    Returns:
+        The text, one line per key, each ending in a newline.
+    """
+    return "".join(f"{key} = {results[key]}\n" for key in sorted(results))
+
+
+def write_eval_results(output_dir, results, append=False):
+    """Writes (or appends a block to) `output_dir/eval_results.txt`.
+
+    Args:
+        output_dir: directory (local or any `tf.io.gfile` file system); created if needed.
+        results: dict of metric name -> value.
+        append: add the lines after those already there, followed by a line of 50 "=", as
+            the original does once per evaluated checkpoint; otherwise replace the file.
+
+    Returns:
+        The path written.
+    """
+    import tensorflow as tf
+
+    tf.io.gfile.makedirs(output_dir)
+    path = os.path.join(output_dir, EVAL_RESULTS_FILE)
+    text = format_eval_results(results)
+    if append:
+        previous = ""
+        if tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path) as f:
+                previous = f.read()
+        text = previous + text + BLOCK_SEPARATOR + "\n"
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write(text)
+    return path
