@@ -1,0 +1,174 @@
+"""Trains the SentencePiece vocabulary (`30k-clean.model`) with the original's settings.
+
+The released models use a unigram model with `<pad>`=0, `<unk>`=1, the control symbols
+`[CLS]`=2, `[SEP]`=3, `[MASK]`=4, the user symbols `( ) " - . – £ €` and character coverage
+0.99995, without BOS/EOS. Input is the pretraining text format (one sentence a line, blank
+lines between documents) or WikiExtractor output, whose `<doc ...>` and `</doc>` lines are
+skipped. Lines stream from disk into SentencePiece, which keeps a random sample of
+`input_sentence_size` of them, so the corpus never has to fit in memory.
+
+Lines are normalised with `albert.tokenization.preprocess_text` (lower-cased with
+`--do_lower_case`) so the model sees text the way `FullTokenizer` will feed it.
+
+Usage:
+    python -m albert.data.vocab --input_file=a.txt,wiki/*/wiki_* \
+        --model_prefix=out/30k-clean --vocab_size=30000 --do_lower_case
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+import sentencepiece as spm
+
+from albert.tokenization import preprocess_text
+
+CONTROL_SYMBOLS = ("[CLS]", "[SEP]", "[MASK]")
+USER_DEFINED_SYMBOLS = ("(", ")", '"', "-", ".", "–", "£", "€")
+CHARACTER_COVERAGE = 0.99995
+
+
+class VocabError(ValueError):
+    """Input files or settings that cannot produce a vocabulary."""
+
+
+def expand_input_files(input_file) -> list:
+    """Comma-separated paths and globs (or a list of them) -> sorted list of files.
+
+    Raises:
+        VocabError: a pattern matches no file.
+    """
+    patterns = input_file.split(",") if isinstance(input_file, str) else list(input_file)
+    files = []
+    for pattern in (p.strip() for p in patterns):
+        if not pattern:
+            continue
+        matched = sorted(glob.glob(pattern))
+        if not matched:
+            raise VocabError(f"`input_file` pattern {pattern!r} matches no file; check the path.")
+        files.extend(matched)
+    if not files:
+        raise VocabError("`input_file` is empty; pass one or more text files or globs.")
+    return files
+
+
+def iterate_sentences(input_files, do_lower_case=True, normalize=True):
+    """Yields the non-empty text lines of `input_files`, one at a time.
+
+    Blank lines (document breaks) and WikiExtractor's `<doc ...>` / `</doc>` lines are
+    skipped. With `normalize`, each line goes through `preprocess_text`.
+    """
+    for path in input_files:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                stripped = line.strip()
+                if not stripped or stripped.startswith("<doc ") or stripped == "</doc>":
+                    continue
+                if normalize:
+                    stripped = preprocess_text(stripped, lower=do_lower_case)
+                if stripped:
+                    yield stripped
+
+
+def train_vocab(
+    input_files,
+    model_prefix: str,
+    vocab_size: int = 30000,
+    do_lower_case: bool = True,
+    input_sentence_size: int = 10_000_000,
+    normalize: bool = True,
+    seed: int = 12345,
+    num_threads: int = 16,
+) -> str:
+    """Trains a SentencePiece unigram model with the original ALBERT settings.
+
+    Args:
+        input_files: text files, or a comma-separated string of paths and globs.
+        model_prefix: output path without extension; writes `.model` and `.vocab`.
+        vocab_size: number of pieces, the 5 special ones included (30000 for ALBERT).
+        do_lower_case: lower-case the text before training (with `normalize`).
+        input_sentence_size: how many lines SentencePiece samples at random from the input
+            (0 means all of them; SentencePiece needs more than 100).
+        normalize: run `preprocess_text` on every line first.
+        seed: seed of SentencePiece's sampling, so a given corpus gives one model.
+        num_threads: trainer threads. The model depends on it, so the default is fixed
+            (SentencePiece's own default) rather than the number of cores.
+
+    Returns:
+        The path of the written `.model` file.
+
+    Raises:
+        VocabError: no input file, or SentencePiece refuses the corpus or vocab_size.
+    """
+    if 0 < input_sentence_size <= 100:
+        raise VocabError(
+            "`input_sentence_size` must be 0 (use every line) or more than 100. "
+            f"Received: {input_sentence_size}"
+        )
+    files = expand_input_files(input_files)
+    directory = os.path.dirname(model_prefix)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    spm.set_random_generator_seed(seed)
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iterate_sentences(files, do_lower_case, normalize),
+            model_prefix=model_prefix,
+            vocab_size=vocab_size,
+            model_type="unigram",
+            pad_id=0,
+            unk_id=1,
+            bos_id=-1,
+            eos_id=-1,
+            control_symbols=list(CONTROL_SYMBOLS),
+            user_defined_symbols=list(USER_DEFINED_SYMBOLS),
+            character_coverage=CHARACTER_COVERAGE,
+            input_sentence_size=input_sentence_size,
+            shuffle_input_sentence=True,
+            num_threads=num_threads,
+            minloglevel=2,
+        )
+    except RuntimeError as e:
+        raise VocabError(
+            f"SentencePiece could not train on {len(files)} file(s) with "
+            f"vocab_size={vocab_size}: {e}"
+        ) from None
+    return model_prefix + ".model"
+
+
+def main(argv=None):
+    """Command line entry point: parses flags and calls `train_vocab`."""
+    from absl import app, flags
+
+    flags.DEFINE_string("input_file", None, "Text files: comma-separated paths or globs.")
+    flags.DEFINE_string("model_prefix", None, "Output prefix; writes PREFIX.model/.vocab.")
+    flags.DEFINE_integer("vocab_size", 30000, "Number of pieces, specials included.")
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case the text before training.")
+    flags.DEFINE_integer("input_sentence_size", 10_000_000, "Lines sampled (0: all).")
+    flags.DEFINE_bool("normalize_text", True, "Apply preprocess_text to every line.")
+    flags.DEFINE_integer("random_seed", 12345, "Seed of the line sampling.")
+    flags.mark_flags_as_required(["input_file", "model_prefix"])
+
+    def run(_):
+        f = flags.FLAGS
+        try:
+            path = train_vocab(
+                f.input_file,
+                f.model_prefix,
+                vocab_size=f.vocab_size,
+                do_lower_case=f.do_lower_case,
+                input_sentence_size=f.input_sentence_size,
+                normalize=f.normalize_text,
+                seed=f.random_seed,
+            )
+        except VocabError as e:  # One line, no traceback.
+            sys.exit(f"python -m albert.data.vocab: error: {e}")
+        print(f"Wrote {path} and {f.model_prefix}.vocab")
+
+    app.run(run, argv=argv)
+
+
+if __name__ == "__main__":
+    main()

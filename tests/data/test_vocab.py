@@ -1,0 +1,178 @@
+"""SentencePiece vocabulary training with the original ALBERT settings."""
+
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import sentencepiece as spm
+
+from albert.data.vocab import (
+    USER_DEFINED_SYMBOLS,
+    VocabError,
+    expand_input_files,
+    iterate_sentences,
+    train_vocab,
+)
+from tests.helpers import train_tiny_spm
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHARED_CORPUS = os.path.join(os.path.dirname(REPO), "shared", "data", "corpus")
+
+SYLLABLES = "ka ri mon tel sa vu po len dra gi ost ur fe lim bor na qui zet hal".split()
+ACCENTED = ["Ærøskøbing", "café", "naïve", "Zürich", "Zoë"]
+
+
+def make_words(rng, count=150):
+    words = ["".join(rng.choice(SYLLABLES) for _ in range(rng.randint(1, 4))) for _ in range(count)]
+    return [w.capitalize() if i % 7 == 0 else w for i, w in enumerate(words)] + ACCENTED
+
+
+def write_corpus(directory, num_docs=40, seed=3):
+    """Two files: the pretraining text format and WikiExtractor output."""
+    rng = random.Random(seed)
+    words = make_words(rng)
+    plain, wiki = [], []
+    for doc in range(num_docs):
+        sentences = [
+            " ".join(rng.choice(words) for _ in range(rng.randint(4, 12)))
+            + f" ({rng.randint(1, 99)},{rng.randint(100, 999)}) - £{doc}. €{doc}"
+            for _ in range(rng.randint(3, 8))
+        ]
+        plain += sentences + [""]
+        wiki += [f'<doc id="{doc}" url="https://x/?curid={doc}" title="T{doc}">', f"T{doc}", ""]
+        wiki += sentences + ["</doc>"]
+    os.makedirs(os.path.join(directory, "wiki"), exist_ok=True)
+    with open(os.path.join(directory, "plain.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(plain) + "\n")
+    with open(os.path.join(directory, "wiki", "wiki_00"), "w", encoding="utf-8") as f:
+        f.write("\n".join(wiki) + "\n")
+    return f"{directory}/plain.txt,{directory}/wiki/wiki_*"
+
+
+def assert_albert_layout(model_path, vocab_size):
+    sp = spm.SentencePieceProcessor(model_file=model_path)
+    assert sp.get_piece_size() == vocab_size
+    pieces = [sp.id_to_piece(i) for i in range(5)]
+    assert pieces == ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
+    assert (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id()) == (0, 1, -1, -1)
+    assert all(sp.is_control(i) for i in (0, 2, 3, 4)) and sp.is_unknown(1)
+    for symbol in USER_DEFINED_SYMBOLS:
+        assert sp.piece_to_id(symbol) != sp.unk_id(), symbol
+    # User symbols are always pieces of their own.
+    assert {"(", ")", "£"} <= set(sp.encode("a(b)c£d", out_type=str))
+    assert os.path.isfile(model_path[: -len(".model")] + ".vocab")
+    return sp
+
+
+def test_train_vocab_has_original_layout(tmp_path):
+    inputs = write_corpus(str(tmp_path))
+    model_path = train_vocab(inputs, str(tmp_path / "out" / "spm"), vocab_size=300)
+    assert model_path == str(tmp_path / "out" / "spm.model")
+    sp = assert_albert_layout(model_path, 300)
+    pieces = {sp.id_to_piece(i) for i in range(5, 300)}
+    # Lower-cased, accent-stripped training text; no WikiExtractor markup learned.
+    assert not any(c.isupper() or c in "éüëï" for p in pieces for c in p)
+    assert not any("doc" in p or "curid" in p for p in pieces)
+
+
+def test_train_vocab_is_deterministic_and_cased(tmp_path):
+    inputs = write_corpus(str(tmp_path))
+    paths = [
+        train_vocab(inputs, str(tmp_path / f"m{i}"), vocab_size=250, do_lower_case=False)
+        for i in range(2)
+    ]
+    first, second = (spm.SentencePieceProcessor(model_file=p) for p in paths)
+    # The files differ only in the recorded model_prefix; pieces and scores are equal.
+    assert [(first.id_to_piece(i), first.get_score(i)) for i in range(250)] == [
+        (second.id_to_piece(i), second.get_score(i)) for i in range(250)
+    ]
+    sp = first
+    assert any(c.isupper() for i in range(5, 250) for c in sp.id_to_piece(i))
+
+
+def test_train_vocab_samples_input_sentences(tmp_path):
+    inputs = write_corpus(str(tmp_path), num_docs=80)
+    full = train_vocab(inputs, str(tmp_path / "full"), vocab_size=200, input_sentence_size=0)
+    sampled = train_vocab(inputs, str(tmp_path / "s"), vocab_size=200, input_sentence_size=150)
+    assert_albert_layout(sampled, 200)
+    full, sampled = (spm.SentencePieceProcessor(model_file=p) for p in (full, sampled))
+    # 150 of several hundred lines: a different model.
+    assert [full.id_to_piece(i) for i in range(200)] != [sampled.id_to_piece(i) for i in range(200)]
+
+
+def test_iterate_sentences_skips_markup_and_normalises(tmp_path):
+    files = expand_input_files(write_corpus(str(tmp_path), num_docs=2))
+    lines = list(iterate_sentences(files, do_lower_case=True))
+    assert lines and all(line for line in lines)
+    assert not any(line.startswith("<doc") or line == "</doc>" for line in lines)
+    assert all(line == line.lower() for line in lines)
+    assert "t0" in lines  # WikiExtractor's title line is text.
+    raw = list(iterate_sentences(files, normalize=False))
+    assert any("é" in line for line in raw) and not any("é" in line for line in lines)
+    # Lazy: lines of the first file come out before the missing second one is opened.
+    stream = iterate_sentences([files[0], str(tmp_path / "missing.txt")])
+    assert next(stream)
+
+
+def test_expand_input_files_and_errors(tmp_path):
+    write_corpus(str(tmp_path))
+    files = expand_input_files(f" {tmp_path}/wiki/*, {tmp_path}/plain.txt")
+    assert [os.path.basename(f) for f in files] == ["wiki_00", "plain.txt"]
+    with pytest.raises(VocabError, match="input_file.*nothing.txt.*matches no file"):
+        expand_input_files(f"{tmp_path}/plain.txt,{tmp_path}/nothing.txt")
+    with pytest.raises(VocabError, match="input_file.*empty"):
+        expand_input_files(" , ")
+    with pytest.raises(VocabError, match="input_sentence_size.*Received: 50"):
+        train_vocab(f"{tmp_path}/plain.txt", str(tmp_path / "m"), input_sentence_size=50)
+    with pytest.raises(VocabError, match="vocab_size=100000.*too high"):
+        train_vocab(f"{tmp_path}/plain.txt", str(tmp_path / "m"), vocab_size=100000)
+
+
+def test_train_tiny_spm_helper(tmp_path):
+    first = train_tiny_spm(tmp_path / "a")
+    second = train_tiny_spm(tmp_path / "b")
+    assert_albert_layout(first, 99)
+    with open(first, "rb") as f, open(second, "rb") as g:
+        assert f.read() == g.read()
+
+
+def test_shared_corpus(tmp_path):
+    if not os.path.isdir(SHARED_CORPUS):
+        pytest.skip(f"{SHARED_CORPUS} not present")
+    model_path = train_vocab(f"{SHARED_CORPUS}/*", str(tmp_path / "wiki"), vocab_size=400)
+    sp = assert_albert_layout(model_path, 400)
+    assert "▁anarchism" in {sp.id_to_piece(i) for i in range(400)}
+
+
+def run_cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "albert.data.vocab", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        timeout=120,
+    )
+
+
+def test_command_line(tmp_path):
+    inputs = write_corpus(str(tmp_path))
+    prefix = str(tmp_path / "cli" / "30k-clean")
+    args = [f"--input_file={inputs}", f"--model_prefix={prefix}", "--vocab_size=220"]
+    result = run_cli(*args, "--nodo_lower_case")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Wrote" in result.stdout
+    sp = assert_albert_layout(prefix + ".model", 220)
+    assert any(c.isupper() for i in range(5, 220) for c in sp.id_to_piece(i))  # --nodo_lower_case
+
+
+def test_command_line_error_is_one_line(tmp_path):
+    result = run_cli(f"--input_file={tmp_path}/none.txt", f"--model_prefix={tmp_path}/m")
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"python -m albert.data.vocab: error: `input_file` pattern '{tmp_path}/none.txt' "
+        "matches no file; check the path."
+    )
+    assert "Traceback" not in result.stderr

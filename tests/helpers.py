@@ -1,0 +1,67 @@
+"""Helpers shared by tests: a tiny SentencePiece model trained with the project's own code."""
+
+import os
+
+# Built-in training text: cased words, digits with commas, accents, the user symbols.
+TINY_TEXT = """\
+The quick brown fox jumps over the lazy dog.
+A tiny model needs a tiny corpus (with some punctuation) - and numbers like 1,000 or 25,500.
+She said "hello" to the dog, then the fox ran away.
+In 1990, the town had 12,000 people; in 2000, it had 15,000.
+Prices are £5 or €7 – cheaper than before.
+Tokens, pieces and words: the model learns them from text like this.
+
+A second document starts here.
+It talks about rivers, mountains and the sea.
+The river flows to the sea, and the sea is large.
+Mountains are high; rivers are long; the sea is deep.
+Winter brings snow, summer brings heat, and autumn brings falling leaves.
+Children play football in the park while their parents watch from benches.
+The library keeps old maps, rare books and letters written by famous explorers.
+Scientists measured temperature, pressure and humidity every hour for 365 days.
+A violin, a piano and a trumpet played together at the concert yesterday evening.
+
+Third document: cooking.
+Chop the onions, fry them in butter, then add garlic, tomatoes and fresh basil.
+Bake the bread at 220 degrees for 35 minutes until the crust turns golden brown.
+Vegetables, fruit, cheese and olive oil were sold at the market every Saturday.
+"""
+
+_CACHE = {}
+
+
+def train_tiny_spm(tmp_path, vocab_size=99, do_lower_case=False):
+    """Trains (once per session and settings) a tiny SentencePiece model; returns its path.
+
+    The model has the original ALBERT layout: `<pad>`=0, `<unk>`=1, `[CLS]`=2, `[SEP]`=3,
+    `[MASK]`=4, then the user symbols. Trained on `TINY_TEXT` with
+    `albert.data.vocab.train_vocab`; later calls copy the cached bytes into `tmp_path`.
+
+    Args:
+        tmp_path: directory to write `tiny_spm.model` (and `.vocab`) into.
+        vocab_size: number of pieces (this text allows at most 199).
+        do_lower_case: lower-case the training text.
+
+    Returns:
+        str path of `tmp_path/tiny_spm.model`.
+    """
+    from albert.data.vocab import train_vocab
+
+    key = (vocab_size, do_lower_case)
+    os.makedirs(tmp_path, exist_ok=True)
+    prefix = os.path.join(str(tmp_path), "tiny_spm")
+    if key not in _CACHE:
+        text_path = prefix + "_text.txt"
+        with open(text_path, "w", encoding="utf-8") as f:
+            f.write(TINY_TEXT)
+        train_vocab(
+            text_path, prefix, vocab_size=vocab_size, do_lower_case=do_lower_case, num_threads=1
+        )
+        with open(prefix + ".model", "rb") as f, open(prefix + ".vocab", "rb") as g:
+            _CACHE[key] = (f.read(), g.read())
+    else:
+        model, vocab = _CACHE[key]
+        with open(prefix + ".model", "wb") as f, open(prefix + ".vocab", "wb") as g:
+            f.write(model)
+            g.write(vocab)
+    return prefix + ".model"
