@@ -1,0 +1,356 @@
+"""RACE: the reader for the released layout, multiple-choice features, accuracy per level.
+
+The release unpacks to `RACE/{train,dev,test}/{middle,high}/*.txt`, each file one article in
+JSON: `{"article", "questions": [...], "options": [[4 strings], ...], "answers": ["A", ...],
+"id"}`. Every question becomes one `RaceExample`; `--high_only` / `--middle_only` keep one
+level (the paper reports both and their union).
+
+Each of the 4 choices is packed as `[CLS] article [SEP] question+option [SEP]`, as the
+original: the option replaces the blank "_" when the question has one, otherwise it follows
+the question after a space; question+option keeps its LAST `max_qa_length` tokens (the end,
+where the option is, matters most) and the article its first tokens that still fit. The model
+(`AlbertMultipleChoice`) takes arrays [C=4, T] and gives logits [C].
+
+Example:
+    >>> data = load_features("data", "dev", tokenizer, max_seq_length=512, cache_dir="cache")
+    >>> data.dataset.batch(8)   # input_ids [8, 4, 512], label_ids [8], ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from albert.data import features as feature_lib
+
+LEVELS = ("middle", "high")
+SPLITS = ("train", "dev", "test")
+ANSWER_LETTERS = "ABCD"
+NUM_CHOICES = len(ANSWER_LETTERS)
+
+
+class RaceDataError(ValueError):
+    """A RACE directory, file or setting that cannot be read or packed."""
+
+
+@dataclasses.dataclass
+class RaceExample:
+    """One question of one article.
+
+    Attributes:
+        example_id: `{file id}-{question index}`, e.g. "high1234.txt-0".
+        article, question: the texts.
+        options: the 4 answer options.
+        label: index of the right option (0..3).
+        level: "middle" or "high".
+    """
+
+    example_id: str
+    article: str
+    question: str
+    options: list
+    label: int
+    level: str
+
+
+def race_levels(high_only=False, middle_only=False) -> tuple:
+    """The levels to read: both, or one of them."""
+    if high_only and middle_only:
+        raise RaceDataError("Pass at most one of --high_only and --middle_only.")
+    if high_only:
+        return ("high",)
+    if middle_only:
+        return ("middle",)
+    return LEVELS
+
+
+def _race_root(data_dir):
+    """`data_dir/RACE` when present (the original's layout), else `data_dir` itself."""
+    nested = os.path.join(data_dir, "RACE")
+    return nested if tf.io.gfile.isdir(nested) else data_dir
+
+
+def race_files(data_dir, split, levels) -> list:
+    """(level, path) of every article file of a split, sorted by level then file name.
+
+    Raises:
+        RaceDataError: an unknown split, or a missing split/level directory.
+    """
+    if split not in SPLITS:
+        raise RaceDataError(f"RACE split must be one of {', '.join(SPLITS)}; got {split!r}.")
+    root = _race_root(data_dir)
+    files = []
+    for level in levels:
+        directory = os.path.join(root, split, level)
+        if not tf.io.gfile.isdir(directory):
+            raise RaceDataError(
+                f"RACE directory {directory!r} does not exist; --data_dir must hold "
+                "RACE/{train,dev,test}/{middle,high}/*.txt as released."
+            )
+        names = sorted(n for n in tf.io.gfile.listdir(directory) if n.endswith(".txt"))
+        files.extend((level, os.path.join(directory, name)) for name in names)
+    return files
+
+
+def _read_article(path, level):
+    """The examples of one RACE article file."""
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            data = json.loads(f.read().decode("utf-8"))
+        questions, options, answers = data["questions"], data["options"], data["answers"]
+        article = data["article"]
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RaceDataError(f"RACE file {path!r} is not valid UTF-8 JSON ({e}).") from None
+    except (KeyError, TypeError) as e:
+        raise RaceDataError(
+            f"RACE file {path!r} lacks the key {e}; each file needs article, questions, "
+            "options and answers."
+        ) from None
+    if not all(isinstance(v, list) for v in (questions, options, answers)):
+        raise RaceDataError(
+            f"RACE file {path!r} must hold lists under questions, options and answers."
+        )
+    if not len(questions) == len(options) == len(answers):
+        raise RaceDataError(
+            f"RACE file {path!r} has {len(questions)} questions, {len(options)} option lists "
+            f"and {len(answers)} answers; they must be equally many."
+        )
+    file_id = data.get("id", os.path.basename(path))
+    examples = []
+    for index, (question, choices, answer) in enumerate(
+        zip(questions, options, answers, strict=True)
+    ):
+        valid_answer = isinstance(answer, str) and len(answer) == 1 and answer in ANSWER_LETTERS
+        if not isinstance(choices, list) or len(choices) != NUM_CHOICES or not valid_answer:
+            raise RaceDataError(
+                f"RACE file {path!r} question {index} has options {choices!r} and answer "
+                f"{answer!r}; expected a list of 4 options and an answer among A, B, C, D."
+            )
+        examples.append(
+            RaceExample(
+                f"{file_id}-{index}",
+                article,
+                question,
+                list(choices),
+                ANSWER_LETTERS.index(answer),
+                level,
+            )
+        )
+    return examples
+
+
+def read_race_examples(data_dir, split, high_only=False, middle_only=False) -> list:
+    """Every question of a RACE split.
+
+    Args:
+        data_dir: directory holding `RACE/` (or the `RACE` directory itself).
+        split: "train", "dev" or "test".
+        high_only, middle_only: keep one level.
+
+    Returns:
+        list of `RaceExample`, middle before high, files in name order.
+
+    Raises:
+        RaceDataError: a missing directory, or a malformed file (named in the message).
+    """
+    examples = []
+    for level, path in race_files(data_dir, split, race_levels(high_only, middle_only)):
+        examples.extend(_read_article(path, level))
+    return examples
+
+
+def question_with_option(question: str, option: str) -> str:
+    """The option fills the blank "_" when the question has one, else follows it."""
+    if "_" in question:
+        return question.replace("_", option)
+    return f"{question} {option}"
+
+
+def convert_examples_to_features(examples, tokenizer, max_seq_length=512, max_qa_length=128):
+    """Packs every choice of every example.
+
+    Args:
+        examples: list of `RaceExample`.
+        tokenizer: an `albert.tokenization.FullTokenizer` (vocabulary with [CLS], [SEP]).
+        max_seq_length: T.
+        max_qa_length: question+option keeps its last this many tokens.
+
+    Returns:
+        list of dicts: `input_ids`, `input_mask`, `segment_ids` (C*T ints, choice-major:
+        reshape to [C, T]), `label_ids` (0..3), `is_real_example` (1).
+
+    Raises:
+        RaceDataError: max_qa_length leaves no room for the special tokens.
+    """
+    if max_qa_length < 1 or max_qa_length > max_seq_length - 3:
+        raise RaceDataError(
+            f"--max_qa_length={max_qa_length} must be between 1 and --max_seq_length - 3 = "
+            f"{max_seq_length - 3} (3 special tokens)."
+        )
+    cls_id, sep_id = feature_lib.special_token_ids(tokenizer)
+    features, cached_article = [], (None, None)
+    for example in examples:
+        if cached_article[0] != example.article:  # Questions of one article share it.
+            article_ids = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(example.article))
+            cached_article = (example.article, article_ids)
+        article_ids = cached_article[1]
+        choices = []
+        for option in example.options:
+            qa_tokens = tokenizer.tokenize(question_with_option(example.question, option))
+            qa_ids = tokenizer.convert_tokens_to_ids(qa_tokens[-max_qa_length:])
+            context_ids = article_ids[: max_seq_length - 3 - len(qa_ids)]
+            choices.append(
+                feature_lib.pack_segments(context_ids, qa_ids, max_seq_length, cls_id, sep_id)
+            )
+        features.append(
+            {
+                name: [value for choice in choices for value in choice[name]]
+                for name in ("input_ids", "input_mask", "segment_ids")
+            }
+            | {"label_ids": example.label, "is_real_example": 1}
+        )
+    return features
+
+
+@dataclasses.dataclass
+class RaceFeatures:
+    """What `load_features` returns.
+
+    Attributes:
+        examples: the `RaceExample`s, in the dataset's order.
+        dataset: unbatched `tf.data.Dataset` of dicts: `input_ids`, `input_mask`,
+            `segment_ids` [C, T] int32, `label_ids` and `is_real_example` int32 scalars.
+        num_examples: elements of `dataset`.
+        from_cache: whether the features were read from `cache_dir`.
+        path: the feature TFRecord file, or None without a cache.
+    """
+
+    examples: list
+    dataset: tf.data.Dataset
+    num_examples: int
+    from_cache: bool
+    path: str | None
+
+
+def _cache_path(cache_dir, files, split, levels, tokenizer, max_seq_length, max_qa_length):
+    digest = hashlib.sha256(feature_lib.tokenizer_fingerprint(tokenizer).encode())
+    for _, path in files:
+        digest.update(os.path.basename(path).encode())
+        feature_lib.file_fingerprint(path, digest)
+    name = (
+        f"race_{split}_{'_'.join(levels)}_seq{max_seq_length}_qa{max_qa_length}_"
+        f"{digest.hexdigest()[:12]}.tfrecord"
+    )
+    return os.path.join(cache_dir, name)
+
+
+def load_features(
+    data_dir,
+    split,
+    tokenizer,
+    max_seq_length=512,
+    max_qa_length=128,
+    high_only=False,
+    middle_only=False,
+    cache_dir=None,
+) -> RaceFeatures:
+    """A RACE split as a dataset of [C, T] features, tokenized at most once per cache.
+
+    Args:
+        data_dir, split, high_only, middle_only: see `read_race_examples`.
+        tokenizer, max_seq_length, max_qa_length: see `convert_examples_to_features`.
+        cache_dir: directory of the feature cache (its file name hashes the data files, the
+            tokenizer and the settings), or None to keep the features in memory.
+
+    Returns:
+        A `RaceFeatures`.
+    """
+    levels = race_levels(high_only, middle_only)
+    examples = read_race_examples(data_dir, split, high_only, middle_only)
+    if not examples:
+        raise RaceDataError(f"The RACE {split} split under {data_dir!r} has no question.")
+    path = None
+    if cache_dir:
+        files = race_files(data_dir, split, levels)
+        path = _cache_path(
+            cache_dir, files, split, levels, tokenizer, max_seq_length, max_qa_length
+        )
+    cached = feature_lib.load_or_create_features(
+        path,
+        lambda: convert_examples_to_features(examples, tokenizer, max_seq_length, max_qa_length),
+    )
+
+    def to_choices(feature):  # [C * T] -> [C, T]
+        for name in ("input_ids", "input_mask", "segment_ids"):
+            feature[name] = tf.reshape(feature[name], (NUM_CHOICES, max_seq_length))
+        return feature
+
+    logging.info(
+        "RACE %s (%s): %d questions %s.",
+        split,
+        "+".join(levels),
+        cached.num_examples,
+        f"read from {path}" if cached.from_cache else "tokenized",
+    )
+    dataset = cached.dataset.map(to_choices)
+    return RaceFeatures(examples, dataset, cached.num_examples, cached.from_cache, path)
+
+
+def _predicted_options(examples, predictions):
+    """[N] option indices from [N] indices or [N, C] logits, checked against the examples."""
+    predicted = np.asarray(predictions)
+    if predicted.ndim == 2:
+        predicted = predicted.argmax(axis=-1)
+    if len(predicted) != len(examples):
+        raise RaceDataError(
+            f"Got {len(predicted)} predictions for {len(examples)} RACE examples; predict "
+            "every example (and drop batch padding) first."
+        )
+    return predicted
+
+
+def accuracy_by_level(examples, predictions) -> dict:
+    """Accuracy overall and per level.
+
+    Args:
+        examples: the `RaceExample`s.
+        predictions: predicted option per example ([N] ints) or logits [N, C].
+
+    Returns:
+        dict with `accuracy` and `num_examples`, and `{level}_accuracy` and
+        `{level}_num_examples` for each level present.
+    """
+    predicted = _predicted_options(examples, predictions)
+    labels = np.asarray([example.label for example in examples])
+    levels = np.asarray([example.level for example in examples])
+    correct = predicted == labels
+    result = {"accuracy": float(correct.mean()), "num_examples": len(examples)}
+    for level in LEVELS:
+        selected = levels == level
+        if selected.any():
+            result[f"{level}_accuracy"] = float(correct[selected].mean())
+            result[f"{level}_num_examples"] = int(selected.sum())
+    return result
+
+
+def write_predictions(path, examples, predictions) -> None:
+    """Writes `{example_id: "A".."D"}` as JSON.
+
+    Args:
+        path: the JSON file to write.
+        examples: the `RaceExample`s.
+        predictions: predicted option per example ([N] ints) or logits [N, C].
+    """
+    predicted = _predicted_options(examples, predictions)
+    letters = {
+        ex.example_id: ANSWER_LETTERS[int(p)] for ex, p in zip(examples, predicted, strict=True)
+    }
+    tf.io.gfile.makedirs(os.path.dirname(path) or ".")
+    with tf.io.gfile.GFile(path, "w") as f:
+        json.dump(letters, f, indent=1)

@@ -1,0 +1,221 @@
+"""SQuAD v1.1 / v2.0: the JSON reader and the model-ready, cached feature set.
+
+`read_squad_examples` reads the official JSON (v2.0's plausible answers are ignored).
+`load_features` turns a file into features (`albert.data.squad_features`: sliding windows,
+p_mask, answer targets) and, with `cache_dir`, writes them once: the model inputs as
+TFRecords (`albert.data.features`) and, for prediction, a sidecar TFRecord `*.meta.tfrecord`
+of what post-processing needs. A second run with the same file, tokenizer and settings reads
+them and does not tokenize. Post-processing is in `albert.data.squad_postprocessing`, the
+official evaluation in `albert.metrics.squad`.
+
+Example:
+    >>> data = load_features("dev-v2.0.json", tokenizer, is_training=False, cache_dir="cache")
+    >>> batches = data.dataset.batch(32)   # dicts of unique_ids, input_ids, p_mask, ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+
+import tensorflow as tf
+from absl import logging
+
+from albert.data import features as feature_lib
+from albert.data.squad_features import (
+    SquadDataError,
+    convert_examples_to_features,
+    iter_features,
+    metadata_path,
+    read_metadata,
+    write_metadata,
+)
+
+__all__ = [
+    "SquadDataError",
+    "SquadExample",
+    "SquadFeatures",
+    "cache_file_name",
+    "load_features",
+    "read_squad_examples",
+]
+
+
+@dataclasses.dataclass
+class SquadExample:
+    """One question over one context.
+
+    Attributes:
+        qas_id: the question id.
+        question_text, context_text: as in the file.
+        answer_text: the first gold answer ("" when unanswerable).
+        start_position: character offset of `answer_text` in `context_text` (-1 when none).
+        is_impossible: SQuAD 2.0 question with no answer (plausible answers are ignored).
+    """
+
+    qas_id: str
+    question_text: str
+    context_text: str
+    answer_text: str = ""
+    start_position: int = -1
+    is_impossible: bool = False
+
+    @property
+    def end_position(self) -> int:
+        """Character offset of the answer's last character (-1 when none)."""
+        if self.start_position < 0:
+            return -1
+        return self.start_position + len(self.answer_text) - 1
+
+
+def _load_json(path):
+    if not tf.io.gfile.exists(path):
+        raise SquadDataError(f"SQuAD file {path!r} does not exist; check the path.")
+    with tf.io.gfile.GFile(path, "rb") as f:
+        data = f.read()
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SquadDataError(f"SQuAD file {path!r} is not valid UTF-8 JSON ({e}).") from None
+
+
+def read_squad_examples(input_file: str) -> list:
+    """Reads a SQuAD v1.1 or v2.0 JSON file.
+
+    Args:
+        input_file: path (local or gs://) of e.g. train-v1.1.json or dev-v2.0.json.
+
+    Returns:
+        list of `SquadExample`, in file order.
+
+    Raises:
+        SquadDataError: the file is missing, not JSON, or lacks a SQuAD key.
+    """
+    data = _load_json(input_file)
+    examples = []
+    where = "the top level"
+    try:
+        for a, article in enumerate(data["data"]):
+            for p, paragraph in enumerate(article["paragraphs"]):
+                where = f"article {a} paragraph {p}"
+                context = paragraph["context"]
+                for q, qa in enumerate(paragraph["qas"]):
+                    where = f"article {a} paragraph {p} question {q}"
+                    examples.append(_read_question(qa, context))
+    except KeyError as e:
+        raise SquadDataError(
+            f"SQuAD file {input_file!r} lacks the key {e} at {where}; is it a SQuAD v1.1 or "
+            "v2.0 JSON file?"
+        ) from None
+    except (TypeError, ValueError, IndexError) as e:
+        raise SquadDataError(
+            f"SQuAD file {input_file!r} is malformed at {where} ({e}); is it a SQuAD v1.1 or "
+            "v2.0 JSON file?"
+        ) from None
+    return examples
+
+
+def _read_question(qa, context):
+    is_impossible = bool(qa.get("is_impossible", False))
+    answer_text, start = "", -1
+    if not is_impossible and qa["answers"]:
+        answer_text = qa["answers"][0]["text"]
+        start = int(qa["answers"][0]["answer_start"])
+    return SquadExample(qa["id"], qa["question"], context, answer_text, start, is_impossible)
+
+
+def cache_file_name(
+    squad_file, tokenizer, is_training, max_seq_length, doc_stride, max_query_length
+) -> str:
+    """`squad_{train|predict}_seq{T}_stride{S}_query{Q}_{hash}.tfrecord`.
+
+    The hash covers the SQuAD file's bytes, the tokenizer's model file and `do_lower_case`.
+    """
+    digest = hashlib.sha256(feature_lib.tokenizer_fingerprint(tokenizer).encode())
+    feature_lib.file_fingerprint(squad_file, digest)
+    mode = "train" if is_training else "predict"
+    return (
+        f"squad_{mode}_seq{max_seq_length}_stride{doc_stride}_query{max_query_length}_"
+        f"{digest.hexdigest()[:12]}.tfrecord"
+    )
+
+
+@dataclasses.dataclass
+class SquadFeatures:
+    """What `load_features` returns.
+
+    Attributes:
+        examples: the `SquadExample`s of the file.
+        features: the `SquadFeature`s, for post-processing; None in training.
+        dataset: unbatched `tf.data.Dataset` of dicts: `unique_ids`, `is_real_example`
+            (int32 scalars), `input_ids`, `input_mask`, `segment_ids`, `p_mask` ([T] int32),
+            and in training `start_positions`, `end_positions`, `is_impossible` (int32).
+        num_features: elements of `dataset`.
+        from_cache: whether the features were read from `cache_dir`.
+        path: the feature TFRecord file, or None without a cache.
+    """
+
+    examples: list
+    features: list | None
+    dataset: tf.data.Dataset
+    num_features: int
+    from_cache: bool
+    path: str | None
+
+
+def load_features(
+    squad_file,
+    tokenizer,
+    is_training,
+    max_seq_length=384,
+    doc_stride=128,
+    max_query_length=64,
+    cache_dir=None,
+) -> SquadFeatures:
+    """Reads a SQuAD file into model-ready features, tokenizing at most once per cache.
+
+    Args:
+        squad_file: SQuAD v1.1 or v2.0 JSON.
+        tokenizer: an `albert.tokenization.FullTokenizer` (a model file is needed to cache).
+        is_training: training features (answer targets; no post-processing metadata).
+        max_seq_length, doc_stride, max_query_length: see `iter_features`.
+        cache_dir: directory of the feature cache, or None to keep everything in memory.
+
+    Returns:
+        A `SquadFeatures`.
+
+    Raises:
+        SquadDataError: see `read_squad_examples` and `iter_features`.
+    """
+    examples = read_squad_examples(squad_file)
+    settings = (max_seq_length, doc_stride, max_query_length, is_training)
+    path = None
+    if cache_dir:
+        name = cache_file_name(squad_file, tokenizer, is_training, *settings[:3])
+        path = os.path.join(cache_dir, name)
+    metadata_cached = path is not None and tf.io.gfile.exists(metadata_path(path))
+    if metadata_cached and not is_training:
+        features = read_metadata(metadata_path(path), tokenizer, max_seq_length)
+    elif not is_training:
+        features = convert_examples_to_features(examples, tokenizer, *settings)
+        if path:
+            write_metadata(metadata_path(path), features)
+    else:
+        features = None
+
+    def create():
+        found = features or iter_features(examples, tokenizer, *settings)
+        return [feature.model_inputs(is_training) for feature in found]
+
+    cached = feature_lib.load_or_create_features(path, create)
+    from_cache = cached.from_cache and (is_training or metadata_cached)
+    logging.info(
+        "SQuAD %s: %d examples, %d features %s.",
+        squad_file,
+        len(examples),
+        cached.num_examples,
+        f"read from {path}" if from_cache else "tokenized",
+    )
+    return SquadFeatures(examples, features, cached.dataset, cached.num_examples, from_cache, path)

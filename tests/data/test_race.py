@@ -1,0 +1,171 @@
+"""RACE reader on files in the released layout, multiple-choice features, accuracy per level."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from albert.data.race import (
+    RaceDataError,
+    RaceExample,
+    accuracy_by_level,
+    convert_examples_to_features,
+    load_features,
+    question_with_option,
+    read_race_examples,
+    write_predictions,
+)
+from albert.tokenization import FullTokenizer
+
+MODEL = str(Path(__file__).resolve().parents[1] / "fixtures" / "tokenizer" / "tiny.model")
+
+MIDDLE = {
+    "article": "The river flows to the sea. The sea is large and deep.",
+    "questions": ["Where does the river flow?", "The sea is _ ."],
+    "options": [["to the sea", "to the hills", "nowhere", "up"], ["small", "dry", "large", "red"]],
+    "answers": ["A", "C"],
+    "id": "middle1.txt",
+}
+HIGH = {
+    "article": "Winter brings snow, summer brings heat.",
+    "questions": ["What does winter bring?"],
+    "options": [["heat", "snow", "rain", "leaves"]],
+    "answers": ["B"],
+    "id": "high7.txt",
+}
+
+
+def make_race(root, split="dev", files=None):
+    """Writes RACE/{split}/{level}/*.txt under `root`; returns `root`."""
+    files = files or {"middle": {"1.txt": MIDDLE}, "high": {"7.txt": HIGH}}
+    for level, contents in files.items():
+        directory = root / "RACE" / split / level
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, content in contents.items():
+            text = content if isinstance(content, str) else json.dumps(content)
+            (directory / name).write_text(text, encoding="utf-8")
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return FullTokenizer(spm_model_file=MODEL, do_lower_case=True)
+
+
+def test_reader_levels_and_labels(tmp_path):
+    data_dir = make_race(tmp_path)
+    examples = read_race_examples(data_dir, "dev")
+    assert [(e.example_id, e.level, e.label) for e in examples] == [
+        ("middle1.txt-0", "middle", 0),
+        ("middle1.txt-1", "middle", 2),
+        ("high7.txt-0", "high", 1),
+    ]
+    assert examples[1].options == ["small", "dry", "large", "red"]
+    assert examples[2].article == HIGH["article"]
+    assert [e.level for e in read_race_examples(data_dir, "dev", high_only=True)] == ["high"]
+    assert len(read_race_examples(data_dir, "dev", middle_only=True)) == 2
+    # The RACE directory itself is accepted too.
+    assert len(read_race_examples(str(tmp_path / "RACE"), "dev")) == 3
+    with pytest.raises(RaceDataError, match="at most one"):
+        read_race_examples(data_dir, "dev", high_only=True, middle_only=True)
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("{not json", "not valid UTF-8 JSON"),
+        ({**HIGH, "article": None, "questions": None}, "must hold lists"),
+        ({k: v for k, v in HIGH.items() if k != "options"}, "lacks the key 'options'"),
+        ({**HIGH, "answers": ["B", "A"]}, "1 questions, 1 option lists and 2 answers"),
+        ({**HIGH, "answers": ["E"]}, "question 0 has options"),
+        ({**HIGH, "options": [["a", "b", "c"]]}, "expected a list of 4 options"),
+    ],
+)
+def test_malformed_files_are_named(tmp_path, content, message):
+    data_dir = make_race(tmp_path, files={"middle": {"1.txt": MIDDLE}, "high": {"9.txt": content}})
+    with pytest.raises(RaceDataError, match=message) as error:
+        read_race_examples(data_dir, "dev")
+    assert "9.txt" in str(error.value)
+
+
+def test_missing_directories(tmp_path):
+    data_dir = make_race(tmp_path, files={"middle": {"1.txt": MIDDLE}})
+    with pytest.raises(RaceDataError, match="dev/high' does not exist"):
+        read_race_examples(data_dir, "dev")
+    assert len(read_race_examples(data_dir, "dev", middle_only=True)) == 2
+    with pytest.raises(RaceDataError, match="does not exist"):
+        read_race_examples(data_dir, "train", middle_only=True)
+    with pytest.raises(RaceDataError, match="split must be one of"):
+        read_race_examples(data_dir, "validation")
+
+
+def test_question_with_option():
+    assert question_with_option("The sea is _ .", "large") == "The sea is large ."
+    assert question_with_option("Where?", "here") == "Where? here"
+
+
+def test_features_layout_and_truncation(tokenizer):
+    long_question = "Which of these words " + "very " * 30 + "_ describes the sea?"
+    example = RaceExample(
+        "x-0", MIDDLE["article"] * 3, long_question, ["a", "b", "c", "dd"], 3, "high"
+    )
+    t, max_qa = 37, 12
+    (feature,) = convert_examples_to_features([example], tokenizer, t, max_qa)
+    assert feature["label_ids"] == 3 and feature["is_real_example"] == 1
+    input_ids = np.reshape(feature["input_ids"], (4, t))
+    segment_ids = np.reshape(feature["segment_ids"], (4, t))
+    input_mask = np.reshape(feature["input_mask"], (4, t))
+    article = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(example.article))
+    cls_id, sep_id = tokenizer.convert_tokens_to_ids(["[CLS]", "[SEP]"])
+    for choice, option in enumerate(example.options):
+        qa = tokenizer.tokenize(long_question.replace("_", option))
+        qa_ids = tokenizer.convert_tokens_to_ids(qa[-max_qa:])  # The question's END is kept.
+        context = article[: t - 3 - len(qa_ids)]  # The article's START is kept.
+        expected = [cls_id, *context, sep_id, *qa_ids, sep_id]
+        assert len(expected) == t  # Both were cut: the long article fills the rest.
+        assert input_ids[choice].tolist() == expected
+        assert segment_ids[choice].tolist() == [0] * (len(context) + 2) + [1] * (len(qa_ids) + 1)
+        assert input_mask[choice].tolist() == [1] * t
+    assert len(set(map(tuple, input_ids.tolist()))) == 4  # Each choice differs.
+    with pytest.raises(RaceDataError, match="--max_qa_length=40"):
+        convert_examples_to_features([example], tokenizer, t, 40)
+
+
+def test_load_features_dataset_and_cache(tmp_path, tokenizer, monkeypatch):
+    data_dir = make_race(tmp_path)
+    first = load_features(data_dir, "dev", tokenizer, 29, 8, cache_dir=str(tmp_path / "cache"))
+    monkeypatch.setattr(tokenizer, "tokenize", lambda text: pytest.fail("tokenized again"))
+    second = load_features(data_dir, "dev", tokenizer, 29, 8, cache_dir=str(tmp_path / "cache"))
+    assert (first.from_cache, second.from_cache) == (False, True)
+    rows = [{k: v.numpy() for k, v in row.items()} for row in second.dataset]
+    assert len(rows) == second.num_examples == 3
+    assert rows[0]["input_ids"].shape == rows[0]["segment_ids"].shape == (4, 29)
+    assert [int(r["label_ids"]) for r in rows] == [0, 2, 1]
+    for a, b in zip(first.dataset, rows, strict=True):
+        assert np.array_equal(a["input_ids"].numpy(), b["input_ids"])
+
+
+def test_accuracy_by_level_and_predictions(tmp_path):
+    examples = [
+        RaceExample("m-0", "", "", ["a"] * 4, 0, "middle"),
+        RaceExample("m-1", "", "", ["a"] * 4, 1, "middle"),
+        RaceExample("h-0", "", "", ["a"] * 4, 2, "high"),
+    ]
+    # Right, wrong (2 for 1), right: 2/3 overall, 1/2 middle, 1/1 high.
+    expected = {
+        "accuracy": pytest.approx(2 / 3),
+        "num_examples": 3,
+        "middle_accuracy": 0.5,
+        "middle_num_examples": 2,
+        "high_accuracy": 1.0,
+        "high_num_examples": 1,
+    }
+    assert accuracy_by_level(examples, [0, 2, 2]) == expected
+    logits = np.array([[3.0, 0, 0, 0], [0, 0, 1, 0], [0, 0, 5, 1]])
+    assert accuracy_by_level(examples, logits) == expected
+    with pytest.raises(RaceDataError, match="2 predictions for 3"):
+        accuracy_by_level(examples, [0, 1])
+    write_predictions(str(tmp_path / "p" / "predictions.json"), examples, logits)
+    written = json.loads((tmp_path / "p" / "predictions.json").read_text())
+    assert written == {"m-0": "A", "m-1": "C", "h-0": "C"}

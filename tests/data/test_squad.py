@@ -1,0 +1,323 @@
+"""SQuAD reader, windows and features, round trips through post-processing, the cache."""
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from albert.data import squad_postprocessing as postprocessing
+from albert.data.squad import SquadDataError, SquadExample, load_features, read_squad_examples
+from albert.data.squad_alignment import align_tokens
+from albert.data.squad_features import convert_examples_to_features, doc_spans, is_max_context
+from albert.metrics.squad import evaluate_v2
+from albert.tokenization import FullTokenizer
+from tests.helpers import train_tiny_spm
+
+TESTS = Path(__file__).resolve().parents[1]
+MODEL = str(TESTS / "fixtures" / "tokenizer" / "tiny.model")
+SHARED_SQUAD = TESTS.parent.parent / "shared" / "data" / "squad" / "dev-v2.0.json"
+
+# Contexts normalisation changes, and answers that are whole words, numbers or CJK characters.
+TRICKY = [
+    (
+        "  Beyoncé Giselle Knowles-Carter (born September 4, 1981) is an American singer.  "
+        "Her naïve café   opened in\tHouston with 1,000,000 fans. ",
+        ["Beyoncé Giselle Knowles-Carter", "1981", "naïve café", "Houston", "1,000,000",
+         "September 4, 1981", "American singer", "1,000", "fans"],
+    ),
+    (
+        "Tokyo (東京) is the capital of Japan (日本). 東京は日本の首都です。 Zürich had 12,500, "
+        "then 25,000, people; ﬁnance ½ ΟΔΟΣ.",
+        ["東京", "日本", "の首都です。", "Zürich", "12,500", "25,000", "ﬁnance", "ΟΔΟΣ", "Tokyo"],
+    ),
+]  # fmt: skip
+LONG_CONTEXT = " ".join(f"w{i}" for i in range(40))
+
+
+def squad_json(paragraphs, impossible=()):
+    """paragraphs: list of (context, [answers]) -> a SQuAD v2.0 dict; one question each."""
+    data, count = [], 0
+    for context, answers in paragraphs:
+        qas = []
+        for answer in answers:
+            start = (
+                (context.index(" " + answer) + 1)
+                if " " + answer in context
+                else context.index(answer)
+            )
+            qas.append({"id": f"q{count}", "question": f"Where is {answer}?", "is_impossible": False,
+                        "answers": [{"text": answer, "answer_start": start}]})  # fmt: skip
+            count += 1
+        for question in impossible:
+            qas.append({"id": f"q{count}", "question": question, "is_impossible": True,
+                        "answers": [], "plausible_answers": [{"text": "x", "answer_start": 0}]})  # fmt: skip
+            count += 1
+        data.append({"title": "t", "paragraphs": [{"context": context, "qas": qas}]})
+    return {"version": "v2.0", "data": data}
+
+
+def write_json(path, content):
+    path.write_text(json.dumps(content, ensure_ascii=False), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["lower", "cased"])
+def tokenizer(request):
+    return FullTokenizer(spm_model_file=MODEL, do_lower_case=request.param)
+
+
+def test_reader_v1_and_v2(tmp_path):
+    content = squad_json([("Paris is in France.", ["France"])], impossible=["Who?"])
+    examples = read_squad_examples(write_json(tmp_path / "dev.json", content))
+    assert examples == [
+        SquadExample("q0", "Where is France?", "Paris is in France.", "France", 12, False),
+        SquadExample("q1", "Who?", "Paris is in France.", "", -1, True),  # Plausible ignored.
+    ]
+    assert examples[0].end_position == 17
+    del content["data"][0]["paragraphs"][0]["qas"][1]  # v1.1: no is_impossible key.
+    del content["data"][0]["paragraphs"][0]["qas"][0]["is_impossible"]
+    (example,) = read_squad_examples(write_json(tmp_path / "v1.json", content))
+    assert not example.is_impossible and example.answer_text == "France"
+
+
+def test_reader_errors_name_the_file_and_place(tmp_path):
+    with pytest.raises(SquadDataError, match="does not exist"):
+        read_squad_examples(str(tmp_path / "missing.json"))
+    (tmp_path / "bad.json").write_text('{"data": [', encoding="utf-8")
+    with pytest.raises(SquadDataError, match="bad.json.*not valid"):
+        read_squad_examples(str(tmp_path / "bad.json"))
+    content = squad_json([("Paris is in France.", ["France"])])
+    del content["data"][0]["paragraphs"][0]["context"]
+    with pytest.raises(SquadDataError, match="lacks the key 'context' at article 0 paragraph 0"):
+        read_squad_examples(write_json(tmp_path / "nokey.json", content))
+    with pytest.raises(SquadDataError, match="lacks the key 'data'"):
+        read_squad_examples(write_json(tmp_path / "other.json", {"version": "1.1"}))
+
+
+def test_doc_spans_and_max_context():
+    # 10 tokens, windows of 4 moving by 3: [0-3] [3-6] [6-9].
+    spans = doc_spans(10, 4, 3)
+    assert spans == [(0, 4), (3, 4), (6, 4)]
+    # Token 3: window 0 scores min(3, 0) + 0.04, window 1 min(0, 3) + 0.04: a tie, the first
+    # wins. Token 4: only window 1 (min(1, 2) + 0.04). Token 5: window 1 scores 1.04 (left 2,
+    # right 1).
+    assert [is_max_context(spans, i, 3) for i in range(3)] == [True, False, False]
+    assert [is_max_context(spans, i, 4) for i in range(3)] == [False, True, False]
+    assert [is_max_context(spans, i, 6) for i in range(3)] == [False, True, False]
+    assert doc_spans(5, 10, 3) == [(0, 5)]
+    assert doc_spans(0, 10, 3) == [(0, 0)]  # An empty context still gets one window.
+    assert doc_spans(7, 4, 8) == [(0, 4), (4, 3)]  # A stride past the window moves by its length.
+
+
+def test_feature_layout_and_windows(tmp_path):
+    tokenizer = FullTokenizer(spm_model_file=train_tiny_spm(tmp_path, 150), do_lower_case=True)
+    example = SquadExample("q", "what is the long question here", LONG_CONTEXT, "w7", 21)
+    features = convert_examples_to_features([example], tokenizer, 23, 5, 4, is_training=False)
+    doc_tokens = tokenizer.tokenize(LONG_CONTEXT)
+    starts, ends = align_tokens(LONG_CONTEXT, doc_tokens, True)
+    query = tokenizer.tokenize(example.question_text)[:4]  # Truncated to max_query_length.
+    spans = doc_spans(len(doc_tokens), 23 - len(query) - 3, 5)
+    assert len(features) == len(spans) > 3
+    max_context = [[] for _ in doc_tokens]  # Per doc token, its flag in each window.
+    for index, feature in enumerate(features):
+        n = len(feature.tokens)
+        assert feature.tokens[: len(query) + 2] == ["[CLS]", *query, "[SEP]"]
+        assert feature.tokens[-1] == "[SEP]" and n <= 23 and feature.doc_span_index == index
+        assert feature.unique_id == 1000000000 + index
+        assert feature.input_ids == tokenizer.convert_tokens_to_ids(feature.tokens) + [0] * (23 - n)
+        assert feature.input_mask == [1] * n + [0] * (23 - n)
+        context = range(len(query) + 2, n - 1)
+        assert feature.segment_ids == [0] * context.start + [1] * (n - context.start) + [0] * (
+            23 - n
+        )
+        assert feature.p_mask == [0] + [1] * (len(query) + 1) + [0] * len(context) + [1] * (24 - n)
+        assert sorted(feature.token_to_orig_map) == list(context)
+        span_start, span_length = spans[index]
+        assert len(context) == span_length
+        for position in context:
+            doc_index = span_start + position - context.start
+            assert feature.tokens[position] == doc_tokens[doc_index]
+            assert feature.token_to_orig_map[position] == (starts[doc_index], ends[doc_index])
+            max_context[doc_index].append(feature.token_is_max_context[position])
+    # Every context token is in some window and is max context in exactly one.
+    assert all(flags.count(True) == 1 for flags in max_context)
+
+
+def perfect_v2_results(training_features):
+    """Beam outputs that put the gold span first, and null odds -10 / +10 per window."""
+    results = {}
+    for feature in training_features:
+        start, end = feature.start_position, feature.end_position
+        results[feature.unique_id] = {
+            "start_top_log_probs": np.array([-0.1, -3.0, -4.0]),
+            "start_top_index": np.array([start, 0, 1]),  # 0 = [CLS], 1 = question: invalid.
+            "end_top_log_probs": np.array([-0.1, -2.0, -2.5, -3.0, -3.5, -4.0]),
+            "end_top_index": np.array([end, 0, 0, 0, 1, 0]),
+            "cls_logits": np.array(10.0 if feature.is_impossible else -10.0),
+        }
+    return results
+
+
+def tricky_examples(tmp_path):
+    content = squad_json(TRICKY, impossible=["What is not here?"])
+    return read_squad_examples(write_json(tmp_path / "tricky.json", content))
+
+
+@pytest.mark.parametrize("max_seq_length,doc_stride", [(384, 128), (40, 7)])
+def test_gold_answers_come_back_exactly(tmp_path, tokenizer, max_seq_length, doc_stride):
+    examples = tricky_examples(tmp_path)
+    settings = dict(max_seq_length=max_seq_length, doc_stride=doc_stride, max_query_length=8)
+    train = convert_examples_to_features(examples, tokenizer, is_training=True, **settings)
+    predict = convert_examples_to_features(examples, tokenizer, **settings)
+    assert [f.unique_id for f in train] == [f.unique_id for f in predict]
+    found = set()
+    for feature in train:
+        example = examples[feature.example_index]
+        if feature.is_impossible:
+            assert feature.start_position == feature.end_position == 0
+            continue
+        text = postprocessing.answer_text(
+            example.context_text, feature, feature.start_position, feature.end_position
+        )
+        assert text == example.answer_text
+        found.add(feature.example_index)
+    answerable = {i for i, e in enumerate(examples) if not e.is_impossible}
+    assert found == answerable  # Every answer is inside some window.
+    # v1: logits peaked on the gold tokens of each window give back every answer.
+    results = {}
+    for feature in train:
+        start_logits, end_logits = np.zeros(max_seq_length), np.zeros(max_seq_length)
+        start_logits[feature.start_position] = end_logits[feature.end_position] = 9.0
+        results[feature.unique_id] = {"start_logits": start_logits, "end_logits": end_logits}
+    predictions, _ = postprocessing.compute_predictions_v1(examples, predict, results)
+    for example in examples:  # v1 has no null answer: the unanswerable one gets some span.
+        if not example.is_impossible:
+            assert predictions[example.qas_id] == example.answer_text
+    # v2: the same through the beam, with "" for the unanswerable question at threshold 0.
+    predictions, _, null_odds = postprocessing.compute_predictions_v2(
+        examples, predict, perfect_v2_results(train), null_score_diff_threshold=0.0
+    )
+    assert predictions == {e.qas_id: e.answer_text for e in examples}
+    assert [null_odds[e.qas_id] for e in examples] == [10.0 if e.is_impossible else -10.0
+                                                       for e in examples]  # fmt: skip
+
+
+def test_answers_at_window_edges(tokenizer):
+    # Every word is an answer, so some answers are the first or last context token of a window.
+    examples = [
+        SquadExample(f"q{i}", "where", LONG_CONTEXT, match.group(), match.start(), False)
+        for i, match in enumerate(re.finditer(r"\S+", LONG_CONTEXT))
+    ]
+    features = convert_examples_to_features(examples, tokenizer, 20, 4, 2, is_training=True)
+    edges = set()
+    for feature in features:
+        if feature.is_impossible:
+            continue
+        context = sorted(feature.token_to_orig_map)
+        example = examples[feature.example_index]
+        if feature.start_position == context[0]:
+            edges.add("first")
+        if feature.end_position == context[-1]:
+            edges.add("last")
+        text = postprocessing.answer_text(
+            example.context_text, feature, feature.start_position, feature.end_position
+        )
+        assert text == example.answer_text
+    assert edges == {"first", "last"}
+    assert {f.example_index for f in features if not f.is_impossible} == set(range(len(examples)))
+
+
+def test_training_skips_answers_not_at_answer_start(tokenizer, caplog):
+    examples = [
+        SquadExample("bad", "q", "Paris is in France.", "France", 3, False),
+        SquadExample("good", "q", "Paris is in France.", "France", 12, False),
+    ]
+    with caplog.at_level(logging.WARNING):
+        features = convert_examples_to_features(examples, tokenizer, is_training=True)
+    assert {f.example_index for f in features} == {1}
+    assert "bad" in caplog.text
+    # Prediction features do not look at answers: both examples get one.
+    assert len(convert_examples_to_features(examples, tokenizer)) == 2
+
+
+def test_settings_that_leave_no_room_are_errors(tokenizer):
+    example = SquadExample("q", "q", "Paris is in France.")
+    with pytest.raises(SquadDataError, match="--max_seq_length=10"):
+        convert_examples_to_features([example], tokenizer, 10, 4, 8)
+
+
+def test_cache_is_read_back_without_tokenizing(tmp_path, monkeypatch):
+    tokenizer = FullTokenizer(spm_model_file=MODEL, do_lower_case=True)
+    squad_file = write_json(tmp_path / "dev.json", squad_json(TRICKY, impossible=["Who?"]))
+    settings = dict(max_seq_length=48, doc_stride=16, max_query_length=8)
+    first = load_features(squad_file, tokenizer, False, cache_dir=str(tmp_path / "c"), **settings)
+    first_train = load_features(
+        squad_file, tokenizer, True, cache_dir=str(tmp_path / "c"), **settings
+    )
+    assert not first.from_cache and not first_train.from_cache
+
+    def no_tokenizing(text):
+        raise AssertionError("tokenized although the cache holds the features")
+
+    monkeypatch.setattr(tokenizer, "tokenize", no_tokenizing)
+    second = load_features(squad_file, tokenizer, False, cache_dir=str(tmp_path / "c"), **settings)
+    second_train = load_features(
+        squad_file, tokenizer, True, cache_dir=str(tmp_path / "c"), **settings
+    )
+    assert second.from_cache and second_train.from_cache
+    assert second.features == first.features and second_train.features is None
+    assert second.num_features == len(first.features)
+    for a, b in zip(first.dataset, second.dataset, strict=True):
+        assert {k: v.numpy().tolist() for k, v in a.items()} == {
+            k: v.numpy().tolist() for k, v in b.items()
+        }
+    rows = list(second_train.dataset)
+    assert len(rows) == second_train.num_features == len(first.features)
+    assert {"start_positions", "end_positions", "is_impossible"} <= set(rows[0])
+    assert rows[0]["input_ids"].shape == (48,)
+
+
+def test_shared_dev_v2(tmp_path):
+    if not SHARED_SQUAD.is_file():
+        pytest.skip("shared/data/squad/dev-v2.0.json is not present")
+    tokenizer = FullTokenizer(spm_model_file=MODEL, do_lower_case=True)
+    settings = dict(max_seq_length=96, doc_stride=32, max_query_length=16)
+    data = load_features(str(SHARED_SQUAD), tokenizer, False, **settings)
+    assert len(data.examples) == 14 and sum(e.is_impossible for e in data.examples) == 6
+    rng = np.random.default_rng(0)
+    results = {}
+    for feature in data.features:  # Random beam outputs, as an untrained model gives.
+        start_index = rng.choice(96, 5, replace=False)
+        results[feature.unique_id] = {
+            "start_top_log_probs": np.sort(rng.normal(size=5))[::-1],
+            "start_top_index": start_index,
+            "end_top_log_probs": rng.normal(size=25),
+            "end_top_index": rng.integers(0, 96, 25),
+            "cls_logits": rng.normal(),
+        }
+    predictions, nbest, null_odds = postprocessing.compute_predictions_v2(
+        data.examples, data.features, results
+    )
+    paths = postprocessing.write_predictions(str(tmp_path / "out"), predictions, nbest, null_odds)
+    written = {kind: json.loads(Path(p).read_text(encoding="utf-8")) for kind, p in paths.items()}
+    qids = [e.qas_id for e in data.examples]
+    assert list(written["predictions"]) == list(written["null_odds"]) == qids
+    for example in data.examples:
+        assert written["predictions"][example.qas_id] in example.context_text
+        entries = written["nbest"][example.qas_id]
+        assert set(entries[0]) == {"text", "probability", "start_log_prob", "end_log_prob"}
+        assert sum(e["probability"] for e in entries) == pytest.approx(1.0)
+        assert isinstance(written["null_odds"][example.qas_id], float)
+    dataset = json.loads(SHARED_SQUAD.read_text(encoding="utf-8"))["data"]
+    assert evaluate_v2(dataset, predictions, null_odds)["total"] == 14
+    # Perfect outputs score 100 once the null threshold is tuned.
+    train = convert_examples_to_features(data.examples, tokenizer, is_training=True, **settings)
+    predictions, _, null_odds = postprocessing.compute_predictions_v2(
+        data.examples, data.features, perfect_v2_results(train)
+    )
+    tuned = postprocessing.tune_null_threshold(dataset, predictions, null_odds, str(tmp_path))
+    assert tuned.evaluation["exact"] == tuned.evaluation["f1"] == 100.0
+    assert json.loads((tmp_path / "predictions.json").read_text()) == tuned.predictions
