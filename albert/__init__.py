@@ -1,9 +1,20 @@
 """ALBERT (A Lite BERT) for TensorFlow 2 / Keras 3."""
 
+import importlib
+
 from albert.config import AlbertConfig, ConfigError
-from albert.modeling import AlbertBackbone, AlbertPretrainer
 
 __all__ = ["AlbertBackbone", "AlbertConfig", "AlbertPretrainer", "ConfigError", "load_checkpoint"]
+
+# Keras (and with it TensorFlow) loads only when a model class is first used, so that
+# `albert.tokenization` and `albert.data.pretraining` stay light in worker processes.
+_LAZY_ATTRIBUTES = {"AlbertBackbone": "albert.modeling", "AlbertPretrainer": "albert.modeling"}
+
+
+def __getattr__(name):
+    if name in _LAZY_ATTRIBUTES:
+        return getattr(importlib.import_module(_LAZY_ATTRIBUTES[name]), name)
+    raise AttributeError(f"module 'albert' has no attribute {name!r}")
 
 
 def load_checkpoint(model, path, **kwargs):

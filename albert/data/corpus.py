@@ -1,0 +1,212 @@
+"""Streaming readers for pretraining text: lines -> documents -> units of work.
+
+Two input formats are read, and may be mixed within a file:
+
+- The original's: one sentence per line, a blank line between documents.
+- WikiExtractor output: each `<doc id=.. url=.. title=..>` ... `</doc>` block is one document
+  whose lines are paragraphs (blank lines between paragraphs are ignored). The first line of a
+  block repeats the article title; it is dropped, since it is not a sentence and would
+  otherwise glue a one-word segment to every article. Paragraphs are split into sentences at
+  ".", "!" or "?" followed by white space and an upper-case letter, digit or opening quote:
+  SOP needs several segments per chunk, and a paragraph is often longer than a whole chunk.
+  The split is naive ("Mr. Smith" splits); a wrong split only moves an A/B boundary.
+
+Nothing here holds more than one unit of work in memory:
+- A line longer than `max_line_bytes` is cut into pieces, each a sentence of its own
+  (counted once per line as `long_lines`).
+- A document longer than `max_document_chars` is cut at a sentence into several documents
+  (counted as `long_documents`).
+- Documents are grouped into units of at least `unit_chars` characters (the last one of a
+  file may be smaller). A unit is what a worker turns into instances on its own, and where
+  the "random other document" of SOP / NSP comes from.
+
+Invalid UTF-8 is replaced with U+FFFD and the lines holding it are counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import re
+
+# Far above a real sentence or WikiExtractor paragraph; only broken input reaches these.
+MAX_LINE_BYTES = 1 << 16
+MAX_DOCUMENT_CHARS = 1 << 18
+# ~32k tokens: at dupe_factor 40 a unit's records are ~10 MB (seq 128) and its documents give
+# the random "other document" a few dozen Wikipedia articles to choose from.
+UNIT_CHARS = 1 << 17
+
+_DOC_START = re.compile(r"^<doc\b[^>]*>$")
+_DOC_TITLE = re.compile(r'\btitle="([^"]*)"')
+_DOC_END = "</doc>"
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
+
+
+@dataclasses.dataclass
+class CorpusStats:
+    """What the readers saw, summed over the files read with it."""
+
+    files: int = 0
+    empty_files: int = 0
+    lines: int = 0
+    invalid_utf8_lines: int = 0
+    long_lines: int = 0
+    long_documents: int = 0
+    documents: int = 0
+
+
+def _incomplete_utf8_tail(data: bytes) -> int:
+    """How many bytes at the end of `data` start a UTF-8 character that continues later."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # Not a continuation byte: the character starts here.
+            needed = 2 if byte >= 0xC0 else 1
+            needed = 3 if byte >= 0xE0 else needed
+            needed = 4 if byte >= 0xF0 else needed
+            return back if needed > back else 0
+    return 0
+
+
+def read_lines(path: str, stats: CorpusStats, max_line_bytes: int = MAX_LINE_BYTES):
+    """Yields the lines of a file as str without the line ending.
+
+    Lines longer than `max_line_bytes` come in pieces (at a character boundary). Invalid UTF-8
+    becomes U+FFFD.
+    """
+    carry = b""
+    in_long_line = False
+    with open(path, "rb") as f:
+        while True:
+            data = carry + f.readline(max_line_bytes)
+            carry = b""
+            if not data:
+                return
+            if data.endswith(b"\n"):
+                data = data[:-1]
+                if in_long_line and not data.strip():
+                    in_long_line = False
+                    continue  # Only the end of an overlong line: not a blank line.
+                in_long_line = False
+            elif len(data) >= max_line_bytes:  # A piece of an overlong line.
+                stats.long_lines += not in_long_line
+                in_long_line = True
+                tail = _incomplete_utf8_tail(data)
+                if tail:
+                    data, carry = data[:-tail], data[-tail:]
+            stats.lines += 1
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                stats.invalid_utf8_lines += 1
+                text = data.decode("utf-8", errors="replace")
+            yield text.rstrip("\r")
+
+
+def split_sentences(paragraph: str) -> list:
+    """Naive sentence split of a WikiExtractor paragraph (see the module docstring)."""
+    sentences = []
+    start = 0
+    for match in _SENTENCE_END.finditer(paragraph):
+        sentences.append(paragraph[start : match.end()].strip())
+        start = match.end()
+    sentences.append(paragraph[start:].strip())
+    return [s for s in sentences if s]
+
+
+class _DocumentBuilder:
+    """Collects sentences; hands out documents, cut when they grow past a size."""
+
+    def __init__(self, stats, max_document_chars):
+        self.stats = stats
+        self.max_document_chars = max_document_chars
+        self.sentences = []
+        self.chars = 0
+
+    def add(self, sentence):
+        """Adds a sentence; returns a finished (overlong) document or None."""
+        self.sentences.append(sentence)
+        self.chars += len(sentence)
+        if self.chars >= self.max_document_chars:
+            self.stats.long_documents += 1
+            return self.finish()
+        return None
+
+    def finish(self):
+        """The document so far (list of sentences), or None if it is empty."""
+        document, self.sentences, self.chars = self.sentences, [], 0
+        if document:
+            self.stats.documents += 1
+            return document
+        return None
+
+
+def read_documents(
+    path: str,
+    stats: CorpusStats,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    max_document_chars: int = MAX_DOCUMENT_CHARS,
+):
+    """Yields the documents of one file, each a list of sentences (str, non-empty).
+
+    Args:
+        path: a local text file in either format of the module docstring.
+        stats: counters to update.
+        max_line_bytes: longer lines are cut into pieces.
+        max_document_chars: longer documents are cut into several.
+    """
+    stats.files += 1
+    builder = _DocumentBuilder(stats, max_document_chars)
+    in_wiki_doc = False
+    title = None  # The title line still expected at the top of a <doc> block.
+    any_text = False
+    for line in read_lines(path, stats, max_line_bytes):
+        stripped = line.strip()
+        any_text = any_text or bool(stripped)
+        finished = None
+        if _DOC_START.match(stripped):
+            finished = builder.finish()
+            in_wiki_doc = True
+            match = _DOC_TITLE.search(stripped)
+            title = html.unescape(match.group(1)).strip() if match else None
+        elif stripped == _DOC_END and in_wiki_doc:
+            finished = builder.finish()
+            in_wiki_doc = False
+        elif not stripped:
+            if not in_wiki_doc:  # A blank line ends a document in the original format.
+                finished = builder.finish()
+        elif in_wiki_doc:
+            if title is not None and html.unescape(stripped) == title:
+                title = None
+                continue
+            title = None
+            for sentence in split_sentences(stripped):
+                if document := builder.add(sentence):
+                    yield document
+        else:
+            finished = builder.add(stripped)
+        if finished:
+            yield finished
+    if finished := builder.finish():
+        yield finished
+    if not any_text:
+        stats.empty_files += 1
+
+
+def read_units(path: str, stats: CorpusStats, unit_chars: int = UNIT_CHARS, **kwargs):
+    """Yields the units of work of one file: lists of documents of >= unit_chars characters.
+
+    Args:
+        path, stats: as read_documents.
+        unit_chars: characters a unit reaches before it is handed out (the last may be less).
+        **kwargs: max_line_bytes / max_document_chars for read_documents.
+    """
+    unit = []
+    chars = 0
+    for document in read_documents(path, stats, **kwargs):
+        unit.append(document)
+        chars += sum(len(s) for s in document)
+        if chars >= unit_chars:
+            yield unit
+            unit, chars = [], 0
+    if unit:
+        yield unit

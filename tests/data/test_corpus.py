@@ -1,0 +1,122 @@
+"""Streaming document readers: both formats, bad input, bounded lines / documents / units."""
+
+from pathlib import Path
+
+import pytest
+
+from albert.data.corpus import (
+    CorpusStats,
+    read_documents,
+    read_lines,
+    read_units,
+    split_sentences,
+)
+
+SHARED_CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "corpus"
+
+
+def _documents(tmp_path, content: bytes, **kwargs):
+    path = tmp_path / "input.txt"
+    path.write_bytes(content)
+    stats = CorpusStats()
+    return list(read_documents(str(path), stats, **kwargs)), stats
+
+
+def test_original_format_blank_lines_separate_documents(tmp_path):
+    text = b"\n\nA one.\r\nA two.\n\n\n  \nB one.\nB two.\nB three.\n"
+    documents, stats = _documents(tmp_path, text)
+    assert documents == [["A one.", "A two."], ["B one.", "B two.", "B three."]]
+    assert stats.documents == 2 and stats.files == 1 and stats.empty_files == 0
+
+
+def test_wikiextractor_blocks_are_documents_without_the_title_line(tmp_path):
+    text = (
+        '<doc id="1" url="u" title="Rock &amp; Roll">\nRock & Roll\n\n'
+        "Rock is loud. It began in 1950! Fans say “yes”. Mr. Smith agreed.\n\n"
+        "Second paragraph.\n</doc>\n"
+        '<doc id="2" url="u" title="B">\nB\nOnly sentence here\n</doc>\n'
+    )
+    documents, stats = _documents(tmp_path, text.encode())
+    assert documents == [
+        [
+            "Rock is loud.",
+            "It began in 1950!",
+            "Fans say “yes”.",
+            "Mr.",
+            "Smith agreed.",
+            "Second paragraph.",
+        ],
+        ["Only sentence here"],
+    ]
+    assert stats.documents == 2
+
+
+def test_split_sentences():
+    assert split_sentences('He said "Go." Then 3 left. e.g. this (Really?) "Yes."') == [
+        'He said "Go."',
+        "Then 3 left. e.g. this (Really?)",
+        '"Yes."',
+    ]
+    assert split_sentences("  ") == []
+
+
+def test_empty_file_is_counted(tmp_path):
+    documents, stats = _documents(tmp_path, b"\n \n\n")
+    assert documents == [] and stats.empty_files == 1
+    documents, stats = _documents(tmp_path, b"")
+    assert documents == [] and stats.empty_files == 1
+
+
+def test_invalid_utf8_is_replaced_and_counted(tmp_path):
+    documents, stats = _documents(tmp_path, b"good\nbad \xff\xfe byte\nfine \xc3\xa9\n")
+    assert documents == [["good", "bad \ufffd\ufffd byte", "fine é"]]
+    assert stats.invalid_utf8_lines == 1 and stats.lines == 3
+
+
+def test_overlong_lines_come_in_pieces_without_breaking_characters(tmp_path):
+    long_line = "é" * 25 + "x"  # 51 bytes; pieces of at most 10 bytes would split an "é".
+    text = f"short\n{long_line}\nafter\n\nnext doc\n".encode()
+    documents, stats = _documents(tmp_path, text, max_line_bytes=10)
+    first = documents[0]
+    assert first[0] == "short" and first[-1] == "after" and "".join(first[1:-1]) == long_line
+    assert all(len(piece.encode()) <= 10 for piece in first[1:-1])
+    assert documents[1] == ["next doc"]
+    assert stats.long_lines == 1 and stats.invalid_utf8_lines == 0
+
+
+def test_line_exactly_at_the_limit_is_not_a_document_break(tmp_path):
+    path = tmp_path / "input.txt"
+    path.write_bytes(b"0123456789\nsame doc\n")
+    stats = CorpusStats()
+    assert list(read_lines(str(path), stats, max_line_bytes=10)) == ["0123456789", "same doc"]
+    documents, _ = _documents(tmp_path, b"0123456789\nsame doc\n", max_line_bytes=10)
+    assert documents == [["0123456789", "same doc"]]
+
+
+def test_overlong_documents_are_cut_at_sentences(tmp_path):
+    text = "\n".join(f"sentence {i}" for i in range(10)).encode()  # 10 chars each.
+    documents, stats = _documents(tmp_path, text, max_document_chars=30)
+    assert [len(d) for d in documents] == [3, 3, 3, 1]
+    assert stats.long_documents == 3 and stats.documents == 4
+
+
+def test_units_group_whole_documents(tmp_path):
+    path = tmp_path / "input.txt"
+    path.write_text("".join(f"doc {d} sentence.\nmore.\n\n" for d in range(7)))  # 20 chars each.
+    stats = CorpusStats()
+    units = list(read_units(str(path), stats, unit_chars=50))
+    assert [len(u) for u in units] == [3, 3, 1]
+    assert units[0][0] == ["doc 0 sentence.", "more."]
+    assert stats.documents == 7
+
+
+def test_shared_samples():
+    if not SHARED_CORPUS.is_dir():
+        pytest.skip("shared/data/corpus is not present")
+    stats = CorpusStats()
+    wiki = list(read_documents(str(SHARED_CORPUS / "wiki_00"), stats))
+    assert len(wiki) == 1 and len(wiki[0]) > 100
+    assert wiki[0][0].startswith("Anarchism is a political philosophy")
+    sample = list(read_documents(str(SHARED_CORPUS / "sample_text.txt"), stats))
+    assert len(sample) == 3 and stats.invalid_utf8_lines == 0
+    assert "力加勝北区" in sample[0][0]

@@ -1,0 +1,147 @@
+"""The TensorFlow-free record encoder against tf.train.Example, and records read back."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from albert.data.create_pretraining_data import PretrainingDataConfig, create_pretraining_data
+from albert.data.example_proto import ExampleEncoder, encode_varint
+from albert.data.masking import InstanceBatch, MaskingVocabulary, create_masked_lm_batch
+from albert.data.pretraining import InstanceOptions
+from albert.data.records import pretraining_dataset, serialize_instance
+from tests.helpers import TINY_TEXT, train_tiny_spm
+
+
+def _random_batch(rng, num, seq_length, predictions, vocab_size):
+    """An InstanceBatch with arbitrary (not masked-by-rule) contents, edge cases included."""
+    lengths = rng.integers(5, seq_length + 1, num)
+    lengths[0] = seq_length  # No padding.
+    len_a = np.array([rng.integers(1, n - 3) for n in lengths])
+    ids = np.zeros([num, seq_length], np.int32)
+    boundary = np.zeros([num, seq_length], np.uint8)
+    positions, masked_ids, counts = [], [], []
+    for m, n in enumerate(lengths):
+        ids[m, :n] = rng.integers(0, vocab_size, n)
+        boundary[m, :n] = rng.integers(0, 2, n)
+        k = 0 if m == 1 else int(rng.integers(1, min(predictions, n) + 1))  # m=1: none.
+        positions.append(np.sort(rng.choice(n, k, replace=False)))
+        masked_ids.append(rng.integers(0, vocab_size, k))
+        counts.append(k)
+    return InstanceBatch(
+        input_ids=ids,
+        lengths=lengths,
+        len_a=len_a,
+        token_boundary=boundary,
+        masked_lm_positions=np.concatenate(positions).astype(np.int32),
+        masked_lm_ids=np.concatenate(masked_ids).astype(np.int32),
+        prediction_offsets=np.concatenate([[0], np.cumsum(counts)]),
+        next_sentence_labels=rng.integers(0, 2, num),
+    )
+
+
+def test_varint():
+    assert [encode_varint(v) for v in (0, 1, 127, 128, 300, 16384)] == [
+        b"\x00",
+        b"\x01",
+        b"\x7f",
+        b"\x80\x01",
+        b"\xac\x02",
+        b"\x80\x80\x01",
+    ]
+
+
+@pytest.mark.parametrize(
+    "seq_length, predictions, vocab_size", [(7, 3, 99), (128, 20, 30000), (300, 77, 200003)]
+)
+def test_encoder_matches_tf_train_example_bytes(seq_length, predictions, vocab_size):
+    rng = np.random.default_rng(seq_length)
+    batch = _random_batch(rng, 13, seq_length, predictions, vocab_size)
+    records = ExampleEncoder(seq_length, predictions, vocab_size).encode_batch(batch)
+    segment_ids = batch.segment_ids()
+    for m, record in enumerate(records):
+        n = batch.lengths[m]
+        positions, masked_ids = batch.predictions(m)
+        expected = serialize_instance(
+            batch.input_ids[m, :n].tolist(),
+            segment_ids[m, :n].tolist(),
+            batch.token_boundary[m, :n].tolist(),
+            positions.tolist(),
+            masked_ids.tolist(),
+            int(batch.next_sentence_labels[m]),
+            seq_length,
+            predictions,
+        )
+        example = tf.train.Example.FromString(expected)
+        assert tf.train.Example.FromString(record) == example
+        assert record == example.SerializeToString(deterministic=True)
+
+
+def test_encoder_rejects_a_batch_of_another_length():
+    batch = _random_batch(np.random.default_rng(0), 3, 9, 2, 99)
+    with pytest.raises(ValueError, match="length 9"):
+        ExampleEncoder(10, 2, 99).encode_batch(batch)
+
+
+def test_masked_batch_round_trips_through_pretraining_dataset(tmp_path):
+    vocab = MaskingVocabulary(
+        {"<pad>": 0, "<unk>": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
+        | {f"▁{i}": i for i in range(5, 99)}
+    )
+    rng = np.random.default_rng(0)
+    pairs = [
+        (
+            rng.integers(5, 99, rng.integers(1, 8)).astype(np.int32),
+            rng.integers(5, 99, rng.integers(1, 8)).astype(np.int32),
+            m % 2,
+        )
+        for m in range(6)
+    ]
+    options = InstanceOptions(max_seq_length=19, max_predictions_per_seq=3)
+    batch = create_masked_lm_batch(pairs, options, vocab, rng)
+    path = str(tmp_path / "batch.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in ExampleEncoder(19, 3, vocab.size).encode_batch(batch):
+            writer.write(record)
+    features = next(iter(pretraining_dataset(path, 6, 19, 3, is_training=False)))
+    positions = np.arange(19)
+    np.testing.assert_array_equal(features["input_ids"], batch.input_ids)
+    np.testing.assert_array_equal(features["input_mask"], positions < batch.lengths[:, None])
+    np.testing.assert_array_equal(features["segment_ids"], batch.segment_ids())
+    np.testing.assert_array_equal(features["next_sentence_labels"][:, 0], [0, 1, 0, 1, 0, 1])
+    for m in range(6):
+        k = batch.prediction_offsets[m + 1] - batch.prediction_offsets[m]
+        positions_m, ids_m = batch.predictions(m)
+        np.testing.assert_array_equal(
+            features["masked_lm_positions"][m], np.pad(positions_m, (0, 3 - k))
+        )
+        np.testing.assert_array_equal(features["masked_lm_ids"][m], np.pad(ids_m, (0, 3 - k)))
+        np.testing.assert_array_equal(features["masked_lm_weights"][m], [1.0] * k + [0.0] * (3 - k))
+
+
+def test_created_files_read_back(tmp_path):
+    spm_model = train_tiny_spm(tmp_path, do_lower_case=True)
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(TINY_TEXT.splitlines() * 3))
+    config = PretrainingDataConfig(
+        input_file=str(text),
+        output_file=f"{tmp_path}/a.tfrecord,{tmp_path}/b.tfrecord",
+        spm_model_file=spm_model,
+        num_workers=1,
+        instance=InstanceOptions(max_seq_length=64, max_predictions_per_seq=7, dupe_factor=2),
+    )
+    summary = create_pretraining_data(config)
+    dataset = pretraining_dataset(summary.output_files, 1, 64, 7, is_training=False)
+    count = 0
+    for features in dataset:
+        n = int(features["input_mask"].numpy().sum())
+        weights = features["masked_lm_weights"].numpy()[0]
+        k = int(weights.sum())
+        positions = features["masked_lm_positions"].numpy()[0]
+        assert np.all(np.diff(positions[:k]) > 0) and np.all(positions[k:] == 0)
+        assert 0 < positions[:k].min() and positions[:k].max() < n - 1
+        assert np.all(features["input_ids"].numpy()[0, n:] == 0)
+        count += 1
+    assert count == summary.instances > 20
+    raw = next(iter(tf.data.TFRecordDataset(summary.output_files[0]))).numpy()
+    boundary = tf.train.Example.FromString(raw).features.feature["token_boundary"].int64_list.value
+    assert len(boundary) == 64 and boundary[0] == 1
