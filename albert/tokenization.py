@@ -53,8 +53,9 @@ def preprocess_text(inputs: str, remove_space: bool = True, lower: bool = False)
         lower-cased when asked. ``` `` ``` and `''` are kept (the original's behaviour).
     """
     outputs = " ".join(inputs.strip().split()) if remove_space else inputs
-    outputs = unicodedata.normalize("NFKD", outputs)
-    outputs = "".join(c for c in outputs if not unicodedata.combining(c))
+    if not outputs.isascii():  # NFKD and the mark filter leave ASCII unchanged: skip them
+        outputs = unicodedata.normalize("NFKD", outputs)
+        outputs = "".join(c for c in outputs if not unicodedata.combining(c))
     if lower:
         outputs = outputs.lower()
     return outputs
