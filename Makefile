@@ -12,3 +12,8 @@ lint:
 format:
 	ruff format .
 	ruff check --fix .
+
+# Pretrain a tiny ALBERT on this machine's CPU, from nothing (see albert/quickstart.py).
+.PHONY: quickstart
+quickstart:
+	python -m albert.quickstart --output_dir=$(or $(QUICKSTART_DIR),/tmp/albert_quickstart)

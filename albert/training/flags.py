@@ -1,0 +1,291 @@
+"""Flags shared by run_pretraining.py and the fine-tuning scripts, declared once.
+
+A script calls the `define_*` functions it needs, passing its own defaults (the original's
+defaults for that script), then builds everything through the `*_from_flags` helpers:
+
+    define_pretraining_flags()
+    def main(_):
+        strategy = strategy_from_flags(FLAGS)
+        ...
+    run_main(main)
+"""
+
+from __future__ import annotations
+
+import logging as std_logging
+import os
+import sys
+import warnings
+
+from absl import app, flags, logging
+
+FLAGS = flags.FLAGS
+# Kept in step with albert.training.strategy / optimization (not imported here: TensorFlow).
+STRATEGIES = ("tpu", "mirrored", "multi_worker", "default")
+PRECISIONS = ("none", "bfloat16", "float16")
+OPTIMIZERS = ("lamb", "adamw")
+
+
+class FlagError(ValueError):
+    """A missing or inconsistent command-line flag."""
+
+
+def define_strategy_flags(flag_values=FLAGS):
+    """Where to run: strategy, TPU location (the original's flags), precision, XLA."""
+    define = _definer(flag_values)
+    define(
+        flags.DEFINE_enum,
+        "strategy",
+        None,
+        "tf.distribute strategy. Default: tpu when a "
+        "TPU flag is set, multi_worker when TF_CONFIG names several tasks, mirrored with "
+        "several GPUs, else default (one device).",
+        enum_values=list(STRATEGIES),
+    )
+    define(flags.DEFINE_bool, "use_tpu", False, "Run on a TPU (same as --strategy=tpu).")
+    define(flags.DEFINE_string, "tpu_name", None, "Cloud TPU name or grpc:// address; implies tpu.")
+    define(flags.DEFINE_string, "tpu_zone", None, "GCE zone of the Cloud TPU.")
+    define(flags.DEFINE_string, "gcp_project", None, "GCP project of the Cloud TPU.")
+    define(
+        flags.DEFINE_string, "master", None, "TensorFlow master address of the TPU; implies tpu."
+    )
+    define(
+        flags.DEFINE_integer,
+        "num_tpu_cores",
+        8,
+        "TPU cores (kept for compatibility; the "
+        "strategy uses every core of the TPU it connects to).",
+    )
+    define(
+        flags.DEFINE_enum,
+        "mixed_precision",
+        None,
+        "Compute dtype; variables stay float32. "
+        "Default: bfloat16 on TPU, none elsewhere. float16 adds dynamic loss scaling.",
+        enum_values=list(PRECISIONS),
+    )
+    define(
+        flags.DEFINE_bool, "jit_compile", False, "Compile the forward and backward pass with XLA."
+    )
+
+
+def define_run_flags(train_batch_size, eval_batch_size, max_seq_length, flag_values=FLAGS):
+    """Model, directories, what to do, batch sizes."""
+    define = _definer(flag_values)
+    define(flags.DEFINE_string, "albert_config_file", None, "The model's albert_config.json.")
+    define(flags.DEFINE_string, "output_dir", None, "Checkpoints, summaries and results go here.")
+    define(
+        flags.DEFINE_string,
+        "init_checkpoint",
+        None,
+        "Initial weights: an official TF1 "
+        "checkpoint, one of ours, an HF directory or Keras weights.",
+    )
+    define(flags.DEFINE_bool, "do_train", False, "Train.")
+    define(flags.DEFINE_bool, "do_eval", False, "Evaluate.")
+    define(
+        flags.DEFINE_integer,
+        "train_batch_size",
+        train_batch_size,
+        "Global training batch (split evenly across replicas).",
+    )
+    define(flags.DEFINE_integer, "eval_batch_size", eval_batch_size, "Global eval batch.")
+    define(
+        flags.DEFINE_integer, "max_seq_length", max_seq_length, "Sequence length of the records."
+    )
+    define(
+        flags.DEFINE_integer, "random_seed", 12345, "Seed of the initial weights and data order."
+    )
+
+
+def define_optimization_flags(
+    optimizer, learning_rate, num_train_steps, num_warmup_steps, flag_values=FLAGS
+):
+    """Optimizer and learning-rate schedule."""
+    define = _definer(flag_values)
+    define(flags.DEFINE_enum, "optimizer", optimizer, "Optimizer.", enum_values=list(OPTIMIZERS))
+    define(flags.DEFINE_float, "learning_rate", learning_rate, "Peak learning rate.")
+    define(flags.DEFINE_float, "poly_power", 1.0, "Power of the polynomial decay.")
+    define(flags.DEFINE_integer, "num_train_steps", num_train_steps, "Training steps.")
+    define(flags.DEFINE_integer, "num_warmup_steps", num_warmup_steps, "Linear warmup steps.")
+    define(flags.DEFINE_integer, "start_warmup_step", 0, "Step at which warmup starts.")
+
+
+def define_checkpoint_flags(
+    save_checkpoints_steps, keep_checkpoint_max, iterations_per_loop, flag_values=FLAGS
+):
+    """Checkpoint cadence and steps per host call."""
+    define = _definer(flag_values)
+    define(
+        flags.DEFINE_integer,
+        "save_checkpoints_steps",
+        save_checkpoints_steps,
+        "Steps between checkpoints.",
+    )
+    define(flags.DEFINE_integer, "keep_checkpoint_max", keep_checkpoint_max, "Checkpoints kept.")
+    define(
+        flags.DEFINE_integer,
+        "iterations_per_loop",
+        iterations_per_loop,
+        "Steps run on the device per host call.",
+    )
+
+
+def define_pretraining_flags(flag_values=FLAGS):
+    """Every run_pretraining.py flag, with the original's defaults."""
+    define_run_flags(
+        train_batch_size=4096, eval_batch_size=64, max_seq_length=512, flag_values=flag_values
+    )
+    define_optimization_flags(
+        optimizer="lamb",
+        learning_rate=0.00176,
+        num_train_steps=125000,
+        num_warmup_steps=3125,
+        flag_values=flag_values,
+    )
+    define_checkpoint_flags(
+        save_checkpoints_steps=5000,
+        keep_checkpoint_max=5,
+        iterations_per_loop=1000,
+        flag_values=flag_values,
+    )
+    define_strategy_flags(flag_values)
+    define = _definer(flag_values)
+    define(flags.DEFINE_string, "input_file", None, "Pretraining TFRecords: comma-separated globs.")
+    define(flags.DEFINE_string, "eval_input_file", None, "Eval TFRecords (default: --input_file).")
+    define(flags.DEFINE_integer, "max_predictions_per_seq", 20, "Masked positions per sequence.")
+    define(flags.DEFINE_integer, "max_eval_steps", 100, "Eval batches.")
+    define(
+        flags.DEFINE_bool,
+        "init_from_group0",
+        False,
+        "Initialise every layer group from group 0 of --init_checkpoint.",
+    )
+
+
+def _definer(flag_values):
+    """define(DEFINE_x, name, default, help, **kwargs) into `flag_values`."""
+
+    def define(define_function, name, default, help_text, **kwargs):
+        define_function(
+            name=name, default=default, help=help_text, flag_values=flag_values, **kwargs
+        )
+
+    return define
+
+
+def require(flag_values, *names):
+    """Raises FlagError naming the first of `names` that is not set."""
+    for name in names:
+        if getattr(flag_values, name) in (None, ""):
+            raise FlagError(f"--{name} is required.")
+
+
+def strategy_from_flags(flag_values):
+    """(strategy, strategy name, precision) from the strategy flags; sets the dtype policy."""
+    from albert.training import strategy as strategy_lib
+
+    name = strategy_lib.resolve_strategy_name(
+        flag_values.strategy, flag_values.use_tpu, flag_values.tpu_name, flag_values.master
+    )
+    strategy = strategy_lib.create_strategy(
+        name,
+        tpu_name=flag_values.tpu_name,
+        tpu_zone=flag_values.tpu_zone,
+        gcp_project=flag_values.gcp_project,
+        master=flag_values.master,
+    )
+    precision = strategy_lib.set_precision(flag_values.mixed_precision, name)
+    if name == "tpu" and strategy.num_replicas_in_sync != flag_values.num_tpu_cores:
+        logging.warning("--num_tpu_cores=%d ignored: the TPU has %d cores.",
+                        flag_values.num_tpu_cores, strategy.num_replicas_in_sync)  # fmt: skip
+    logging.info("Strategy %s with %d replica(s), precision %s.", name,
+                 strategy.num_replicas_in_sync, precision)  # fmt: skip
+    return strategy, name, precision
+
+
+def optimizer_fn_from_flags(flag_values):
+    """`optimizer_fn(global_step) -> (optimizer, schedule)` for `albert.training.loop.run`."""
+    from albert.training.optimization import create_optimizer
+
+    def optimizer_fn(global_step):
+        return create_optimizer(
+            flag_values.optimizer,
+            flag_values.learning_rate,
+            num_train_steps=flag_values.num_train_steps,
+            num_warmup_steps=flag_values.num_warmup_steps,
+            start_warmup_step=flag_values.start_warmup_step,
+            poly_power=flag_values.poly_power,
+            global_step=global_step,
+            aggregate_gradients=False,
+        )
+
+    return optimizer_fn
+
+
+def run_options_from_flags(flag_values, **overrides):
+    """`RunOptions` from the shared flags (plus job-specific `overrides`)."""
+    from albert.training.loop import RunOptions
+
+    # Fine-tuning scripts also declare --do_predict (see albert.tasks.flags).
+    if "do_predict" in flag_values:
+        if not (flag_values.do_train or flag_values.do_eval or flag_values.do_predict):
+            raise FlagError(
+                "Pass --do_train, --do_eval and/or --do_predict; there is nothing to do."
+            )
+    elif not (flag_values.do_train or flag_values.do_eval):
+        raise FlagError("Pass --do_train and/or --do_eval; there is nothing to do.")
+    for name in ("num_train_steps", "iterations_per_loop", "train_batch_size", "eval_batch_size"):
+        if getattr(flag_values, name) <= 0:
+            raise FlagError(f"--{name} must be positive. Received: {getattr(flag_values, name)}")
+    values = dict(
+        output_dir=flag_values.output_dir,
+        num_train_steps=flag_values.num_train_steps,
+        train_batch_size=flag_values.train_batch_size,
+        eval_batch_size=flag_values.eval_batch_size,
+        do_train=flag_values.do_train,
+        do_eval=flag_values.do_eval,
+        save_checkpoints_steps=flag_values.save_checkpoints_steps,
+        keep_checkpoint_max=flag_values.keep_checkpoint_max,
+        iterations_per_loop=flag_values.iterations_per_loop,
+        init_checkpoint=flag_values.init_checkpoint,
+        seed=flag_values.random_seed,
+        jit_compile=flag_values.jit_compile,
+    )
+    values.update(overrides)
+    return RunOptions(**values)
+
+
+class _ProjectInfoOnly(std_logging.Filter):
+    """Lets INFO records through only from this project (TensorFlow logs through absl too)."""
+
+    def filter(self, record):
+        return record.levelno >= std_logging.WARNING or f"{os.sep}albert{os.sep}" in record.pathname
+
+
+def quiet_python_logs():
+    """Keeps TensorFlow's and Keras's Python-side noise off the console; our INFO stays."""
+    import tensorflow as tf
+
+    tf.get_logger().setLevel(std_logging.ERROR)
+    tf.autograph.set_verbosity(0)
+    warnings.filterwarnings("ignore", category=UserWarning, module="keras")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    logging.set_verbosity(logging.INFO)
+    logging.get_absl_logger().addFilter(_ProjectInfoOnly())
+
+
+def run_main(main):
+    """`absl.app.run(main)`, printing this project's user errors as one line, no traceback."""
+
+    def guarded(argv):
+        quiet_python_logs()
+        try:
+            return main(argv)
+        except ValueError as e:
+            if not type(e).__module__.startswith("albert"):
+                raise
+            print(f"{sys.argv[0]}: error: {e}", file=sys.stderr)
+            sys.exit(2)
+
+    app.run(guarded)

@@ -1,0 +1,91 @@
+"""Feeding a strategy's replicas from a `dataset_fn(input_context) -> tf.data.Dataset`.
+
+`dataset_fn` builds one input pipeline (one per worker / host) and batches it with the
+per-replica batch size, exactly the contract of `strategy.distribute_datasets_from_function`.
+Two ways to run it:
+
+- `checkpointable=True` (every strategy but TPU): each worker pulls batches for its local
+  replicas from an ordinary tf.data iterator and hands one to each replica. That iterator can
+  be saved in a checkpoint, so a resumed run sees exactly the data an uninterrupted run would.
+- `checkpointable=False` (TPU, where the input must run on the TPU hosts):
+  `strategy.distribute_datasets_from_function`, whose iterator TensorFlow cannot checkpoint;
+  a resumed run starts a new pass over the data with another shuffle seed.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from albert.training.strategy import worker_info
+
+
+class InputError(ValueError):
+    """A batch size that cannot be split across the replicas."""
+
+
+def per_replica_batch_size(global_batch_size, num_replicas, flag="train_batch_size"):
+    """The batch each replica gets; `global_batch_size` is what the flags mean.
+
+    Raises:
+        InputError: when the global batch does not divide evenly.
+    """
+    if global_batch_size <= 0 or global_batch_size % num_replicas:
+        raise InputError(
+            f"--{flag}={global_batch_size} must be a positive multiple of the number of "
+            f"replicas ({num_replicas}); it is the global batch, split evenly across them."
+        )
+    return global_batch_size // num_replicas
+
+
+class DistributedInput:
+    """Batches for `strategy.run`, one per replica, from a per-pipeline `dataset_fn`.
+
+    Args:
+        strategy: the `tf.distribute.Strategy`.
+        dataset_fn: `dataset_fn(input_context) -> tf.data.Dataset` of per-replica batches.
+        checkpointable: feed from a plain (saveable) tf.data iterator; see the module doc.
+
+    Attributes:
+        iterator: the saveable tf.data iterator, or None when `checkpointable` is False.
+
+    Example:
+        >>> data = DistributedInput(strategy, dataset_fn)
+        >>> @tf.function
+        ... def step():
+        ...     strategy.run(replica_fn, args=(data.get_next(),))
+    """
+
+    def __init__(self, strategy, dataset_fn, checkpointable=True):
+        self.strategy = strategy
+        worker_index, num_workers, _ = worker_info(strategy)
+        self.num_local_replicas = strategy.num_replicas_in_sync // num_workers
+        if checkpointable:
+            context = tf.distribute.InputContext(
+                num_input_pipelines=num_workers,
+                input_pipeline_id=worker_index,
+                num_replicas_in_sync=strategy.num_replicas_in_sync,
+            )
+            # [local replicas, per-replica batch, ...]: one slice per local replica.
+            dataset = dataset_fn(context).batch(self.num_local_replicas, drop_remainder=True)
+            dataset = dataset.prefetch(tf.data.AUTOTUNE)
+            self.iterator = iter(dataset)
+            self._distributed_iterator = None
+        else:
+            self.iterator = None
+            self._distributed_iterator = iter(
+                strategy.distribute_datasets_from_function(dataset_fn)
+            )
+
+    def get_next(self):
+        """The next per-replica batch as distributed values (call inside a `tf.function`)."""
+        if self._distributed_iterator is not None:
+            return next(self._distributed_iterator)
+        stacked = next(self.iterator)
+        num_local = self.num_local_replicas
+
+        def replica_slice(value_context):
+            # Replica ids are contiguous per worker, so the local index is id % local count.
+            index = value_context.replica_id_in_sync_group % num_local
+            return tf.nest.map_structure(lambda t: t[index], stacked)
+
+        return self.strategy.experimental_distribute_values_from_function(replica_slice)

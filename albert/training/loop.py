@@ -1,0 +1,266 @@
+"""The generic training engine: any `TrainingTask` under any strategy.
+
+`run(task, strategy, options, optimizer_fn)` builds the model and optimizer in the strategy's
+scope, resumes from `output_dir` (or initialises from `init_checkpoint`), trains in host calls
+of `iterations_per_loop` steps, saves every `save_checkpoints_steps`, evaluates after each save
+when asked (keeping the best checkpoint), and exports the final weights. The pretraining job
+and the fine-tuning tasks share it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+from albert.training import checkpointing
+from albert.training import strategy as strategy_lib
+from albert.training.inputs import DistributedInput, InputError, per_replica_batch_size
+from albert.training.steps import Trainer
+from albert.training.summaries import ProgressLogger, ScalarWriter
+
+
+@dataclasses.dataclass
+class RunOptions:
+    """The run's shared flags (see `albert.training.flags`)."""
+
+    output_dir: str
+    num_train_steps: int
+    train_batch_size: int
+    eval_batch_size: int = 8
+    do_train: bool = True
+    do_eval: bool = False
+    max_eval_steps: int = 100
+    save_checkpoints_steps: int = 1000
+    keep_checkpoint_max: int = 5
+    iterations_per_loop: int = 1000
+    init_checkpoint: str | None = None
+    seed: int = 12345  # initial weights and data order
+    clip_norm: float | None = 1.0
+    jit_compile: bool = False
+    # Feed from a saveable iterator (exact resume); None: every strategy but TPU.
+    checkpoint_input: bool | None = None
+
+
+@dataclasses.dataclass
+class _Run:
+    """What one run holds: strategy, task, model, optimizer, step, checkpoints, writers."""
+
+    strategy: object
+    task: object
+    options: RunOptions
+    model: object
+    optimizer: object
+    schedule: object
+    global_step: object
+    trainer: Trainer
+    checkpoints: checkpointing.TrainingCheckpoints
+    chief: bool
+    write_dir: str
+    eval_writer: ScalarWriter
+
+    @property
+    def step(self):
+        return int(self.global_step.numpy())
+
+
+def run(task, strategy, options, optimizer_fn):
+    """Trains and/or evaluates `task`; returns the last eval metrics (or {}).
+
+    Args:
+        task: a `TrainingTask`.
+        strategy: a `tf.distribute.Strategy`.
+        options: `RunOptions`.
+        optimizer_fn: `optimizer_fn(global_step) -> (optimizer, schedule)`, an optimizer that
+            leaves gradient aggregation to the loop (`aggregate_gradients=False`).
+    """
+    per_replica_batch_size(options.train_batch_size, strategy.num_replicas_in_sync)
+    per_replica_batch_size(
+        options.eval_batch_size, strategy.num_replicas_in_sync, "eval_batch_size"
+    )
+    state = _build(task, strategy, options, optimizer_fn)
+    try:
+        if state.checkpoints.restore_latest() is None and options.init_checkpoint:
+            logging.info("Initialising the model from %s.", options.init_checkpoint)
+            task.load_initial_weights(state.model, options.init_checkpoint)
+        results = {}
+        if options.do_train:
+            results = _train(state)
+        if options.do_eval and not options.do_train:
+            latest = state.checkpoints.latest()
+            if latest is None and not options.init_checkpoint:
+                logging.warning("No checkpoint in %s and no --init_checkpoint: evaluating "
+                                "untrained weights.", options.output_dir)  # fmt: skip
+            results = _evaluate(state, checkpoint_path=latest)
+        return results
+    finally:
+        state.eval_writer.close()
+        strategy_lib.remove_worker_dir(state.write_dir, options.output_dir)
+
+
+def _build(task, strategy, options, optimizer_fn):
+    worker_index, _, chief = strategy_lib.worker_info(strategy)
+    if chief:
+        tf.io.gfile.makedirs(options.output_dir)
+        task.prepare_output_dir(options.output_dir)
+    write_dir = strategy_lib.writable_dir(options.output_dir, strategy)
+    keras.utils.set_random_seed(options.seed)  # the same initial weights on every run
+    with strategy.scope():
+        model = task.create_model()
+        global_step = tf.Variable(
+            0,
+            dtype=tf.int64,
+            trainable=False,
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+            name="global_step",
+        )
+        optimizer, schedule = optimizer_fn(global_step)
+        if keras.mixed_precision.global_policy().name == "mixed_float16":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        optimizer.build(model.trainable_variables)
+    checkpoints = checkpointing.TrainingCheckpoints(
+        options.output_dir,
+        write_dir,
+        model,
+        optimizer,
+        global_step,
+        max_to_keep=options.keep_checkpoint_max,
+        worker_index=worker_index,
+    )
+    trainer = Trainer(
+        strategy,
+        task,
+        model,
+        optimizer,
+        global_step,
+        clip_norm=options.clip_norm,
+        jit_compile=options.jit_compile,
+    )
+    eval_writer = ScalarWriter(
+        os.path.join(options.output_dir, "eval"), enabled=chief and options.do_eval
+    )
+    return _Run(
+        strategy, task, options, model, optimizer, schedule, global_step, trainer,
+        checkpoints, chief, write_dir, eval_writer,
+    )  # fmt: skip
+
+
+def _training_input(state):
+    """The training `DistributedInput`, positioned where the restored checkpoint left it."""
+    options, step = state.options, state.step
+    checkpointable = options.checkpoint_input
+    if checkpointable is None:
+        checkpointable = not isinstance(state.strategy, tf.distribute.TPUStrategy)
+
+    def make(seed):
+        dataset_fn = lambda context: state.task.train_dataset(context, seed)  # noqa: E731
+        return DistributedInput(state.strategy, dataset_fn, checkpointable=checkpointable)
+
+    data = make(options.seed)
+    if step and not (checkpointable and state.checkpoints.restore_input(data.iterator, step)):
+        # Nothing to restore the data position from: a new pass, reshuffled, rather than
+        # replaying the examples the first steps already saw.
+        logging.warning("No saved input position for step %d; reshuffling the data.", step)
+        data = make(options.seed + step)
+    state.checkpoints.input_iterator = data.iterator
+    return data
+
+
+def _train(state):
+    options, task = state.options, state.task
+    writer = ScalarWriter(options.output_dir, enabled=state.chief)
+    total = options.num_train_steps
+    shown = ("loss", *task.logged_metrics, "gradient_norm", "learning_rate")
+    progress = ProgressLogger(total, shown)
+    data = _training_input(state) if state.step < total else None
+    save_every = options.save_checkpoints_steps if options.save_checkpoints_steps > 0 else total
+    results = {}
+    while state.step < total:
+        step = state.step
+        num_steps = min(options.iterations_per_loop, save_every - step % save_every, total - step)
+        start = time.time()
+        sums = state.trainer.train(data, num_steps)
+        seconds = time.time() - start
+        metrics = _train_metrics(state, sums, num_steps, seconds)
+        step = state.step
+        progress.log(step, metrics)
+        writer.write(metrics, step)
+        if step % save_every == 0 or step == total:
+            path = state.checkpoints.save(step)
+            if options.do_eval:
+                results = _evaluate(state, checkpoint_path=path)
+    writer.close()
+    if state.chief:
+        _export(state)
+    if options.do_eval and not results:
+        results = _evaluate(state, checkpoint_path=state.checkpoints.latest())
+    return results
+
+
+def _train_metrics(state, sums, num_steps, seconds):
+    metrics = state.task.metric_results(sums)
+    metrics["loss"] = sums["loss"] / num_steps
+    metrics["gradient_norm"] = sums["gradient_norm"] / num_steps
+    # The rate used by the last step of this call (the schedule reads the step before it).
+    metrics["learning_rate"] = float(state.schedule(state.step - 1))
+    metrics["examples_per_second"] = sums["examples"] / seconds
+    metrics["tokens_per_second"] = sums["examples"] * state.task.tokens_per_example / seconds
+    return metrics
+
+
+def _evaluate(state, checkpoint_path=None):
+    """Evaluates the current weights; writes eval_results.txt and keeps the best checkpoint."""
+    options, task = state.options, state.task
+    # A task whose metrics need every prediction computes them itself (`TrainingTask.evaluate`).
+    metrics = task.evaluate(state.model, state.strategy)
+    batches = "every example"
+    if metrics is None:
+        dataset = state.strategy.distribute_datasets_from_function(task.eval_dataset)
+        sums = state.trainer.evaluate(iter(dataset), options.max_eval_steps)
+        if not sums["steps"]:
+            raise InputError(
+                f"The eval data holds fewer than --eval_batch_size={options.eval_batch_size} "
+                "examples per input pipeline; lower the batch size or add data."
+            )
+        metrics = task.metric_results(sums)
+        metrics["loss"] = sums["loss"] / sums["steps"]
+        batches = f"{int(sums['steps'])} batches"
+    step = state.step
+    logging.info(
+        "eval at step %d over %s: %s",
+        step,
+        batches,
+        " | ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items())),
+    )
+    state.eval_writer.write(metrics, step)
+    if state.chief:
+        results = {"global_step": step, **dict(sorted(metrics.items()))}
+        checkpointing.write_key_values(
+            os.path.join(options.output_dir, "eval_results.txt"), results
+        )
+        _keep_best(state, metrics, checkpoint_path)
+    return metrics
+
+
+def _keep_best(state, metrics, checkpoint_path):
+    name = state.task.best_metric
+    if not name or not checkpoint_path or name not in metrics:
+        return
+    best = state.checkpoints.best_value()
+    if best is not None and metrics[name] <= best:
+        return
+    prefix = os.path.join(state.options.output_dir, checkpointing.BEST_PREFIX)
+    state.task.save_best(state.model, checkpoint_path, prefix)
+    step = int(checkpoint_path.rsplit("-", 1)[1])
+    state.checkpoints.record_best(step, name, metrics[name], checkpoint_path)
+    logging.info("New best %s %.4f at step %d, kept as %s.", name, metrics[name], step, prefix)
+
+
+def _export(state):
+    """Writes the final weights (for `python -m albert.convert_checkpoint`)."""
+    path = state.task.export(state.model, state.options.output_dir)
+    logging.info("Final weights written to %s.", path)

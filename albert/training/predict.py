@@ -1,0 +1,107 @@
+"""The predict pass: a model over every example of a finite dataset, under any strategy.
+
+Fine-tuning metrics that need every prediction (Spearman's rank correlation, SQuAD's EM/F1
+after post-processing) and every prediction file come from here. The data must arrive in
+fixed-shape batches (TPUs need them), so the caller pads the split to a whole number of
+global batches with `albert.data.features.pad_dataset` and numbers the examples:
+
+    dataset_fn(context) -> per-replica batches holding `example_index` and `is_real_example`
+    Predictor(strategy, step_fn).predict(dataset_fn)  -> numpy arrays, one row per example
+    real_examples_in_order(outputs)                   -> padding dropped, file order restored
+
+Replicas (and workers) each see a share of every global batch, so the rows come back
+grouped by replica; `example_index` puts them back in order whatever the strategy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+EXAMPLE_INDEX = "example_index"
+IS_REAL_EXAMPLE = "is_real_example"
+
+
+class PredictError(ValueError):
+    """Predictions that cannot be put back in order (a dataset without its index)."""
+
+
+def add_example_index(dataset):
+    """Adds `example_index` (int32, the element's position) to a dataset of feature dicts."""
+
+    def add(index, features):
+        return {**features, EXAMPLE_INDEX: tf.cast(index, tf.int32)}
+
+    return dataset.enumerate().map(add, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+class Predictor:
+    """Runs `step_fn` on every replica for each batch and gathers the outputs on the host.
+
+    Args:
+        strategy: the `tf.distribute.Strategy` the model was built under.
+        step_fn: `step_fn(features) -> dict of tensors [b, ...]` for one replica's batch.
+            It should pass through `example_index` and `is_real_example`.
+
+    Example:
+        >>> predictor = Predictor(strategy, lambda f: {"logits": model(f)["logits"],
+        ...                                            "example_index": f["example_index"]})
+        >>> outputs = predictor.predict(dataset_fn)  # {"logits": [N, C], "example_index": [N]}
+    """
+
+    def __init__(self, strategy, step_fn):
+        self.strategy = strategy
+        self.step_fn = step_fn
+        self._step = tf.function(self._step_fn)
+
+    def _step_fn(self, batch):
+        outputs = self.strategy.run(self.step_fn, args=(batch,))
+        # Concatenated in replica order (across workers too): [global batch, ...].
+        return tf.nest.map_structure(lambda value: self.strategy.gather(value, axis=0), outputs)
+
+    def predict(self, dataset_fn):
+        """The outputs of every batch of `dataset_fn`'s finite dataset.
+
+        Args:
+            dataset_fn: `dataset_fn(input_context) -> tf.data.Dataset` of per-replica batches
+                of fixed shape (padded; see the module doc).
+
+        Returns:
+            dict of name -> numpy array, batches concatenated on the first axis.
+
+        Raises:
+            PredictError: the dataset yields no batch.
+        """
+        dataset = self.strategy.distribute_datasets_from_function(dataset_fn)
+        chunks = []
+        for batch in dataset:
+            chunks.append(tf.nest.map_structure(lambda t: t.numpy(), self._step(batch)))
+        if not chunks:
+            raise PredictError("The dataset to predict on holds no batch; is the split empty?")
+        return {name: np.concatenate([chunk[name] for chunk in chunks]) for name in chunks[0]}
+
+
+def real_examples_in_order(outputs):
+    """Drops padding rows (`is_real_example` 0) and sorts the rest by `example_index`.
+
+    Args:
+        outputs: dict of numpy arrays [N, ...] holding `example_index` and `is_real_example`.
+
+    Returns:
+        dict of the same arrays, one row per real example, in dataset order.
+
+    Raises:
+        PredictError: an index is missing or repeated (the dataset was not numbered by
+            `add_example_index` before padding and sharding).
+    """
+    if EXAMPLE_INDEX not in outputs or IS_REAL_EXAMPLE not in outputs:
+        raise PredictError(f"Predictions need {EXAMPLE_INDEX!r} and {IS_REAL_EXAMPLE!r}.")
+    keep = outputs[IS_REAL_EXAMPLE] > 0
+    index = outputs[EXAMPLE_INDEX][keep]
+    order = np.argsort(index, kind="stable")
+    if not np.array_equal(index[order], np.arange(len(index))):
+        raise PredictError(
+            f"The {len(index)} predicted examples are not numbered 0..{len(index) - 1}; number "
+            "the dataset with add_example_index before padding and sharding it."
+        )
+    return {name: values[keep][order] for name, values in outputs.items()}

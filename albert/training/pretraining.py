@@ -1,0 +1,235 @@
+"""The pretraining job: masked LM + sentence order, losses and metrics as the original.
+
+    masked_lm_loss          = sum(w * CE) / (sum(w) + 1e-5)   over the masked positions
+    sentence_order_loss     = mean CE over the examples
+    loss                    = masked_lm_loss + sentence_order_loss
+
+Both are over the GLOBAL batch: each replica divides its local numerator by the global
+denominator (summed across replicas by the loop), so the gradients summed across replicas are
+those of one device with the whole batch. Metrics (`masked_lm_accuracy`, `masked_lm_loss`,
+`sentence_order_accuracy`, `sentence_order_loss`) are weighted by `masked_lm_weights` as the
+original's `tf.metrics` calls are.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+
+import tensorflow as tf
+
+from albert.config import AlbertConfig
+from albert.data import records
+from albert.modeling import AlbertPretrainer
+from albert.training import checkpointing, loop
+from albert.training import flags as flags_lib
+from albert.training.task import TrainingTask
+
+MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
+METRIC_SUMS = (
+    "masked_lm_loss_sum",
+    "masked_lm_correct",
+    "masked_lm_weight",
+    "sentence_order_loss_sum",
+    "sentence_order_correct",
+    "sentence_order_examples",
+)
+# The original adds 1e-5 to the weight sum so that a batch without predictions is finite.
+MLM_DENOMINATOR_EPSILON = 1e-5
+
+
+def pretraining_loss(mlm_logits, sop_logits, features, normalizers):
+    """The local share of the pretraining loss, and the local metric sums.
+
+    Args:
+        mlm_logits: float32 [B, P, V].
+        sop_logits: float32 [B, 2].
+        features: dict with `masked_lm_ids` [B, P], `masked_lm_weights` [B, P] and
+            `next_sentence_labels` [B, 1] (the SOP label).
+        normalizers: `masked_lm_weight` and `examples`, summed over the global batch.
+
+    Returns:
+        (loss, sums): the scalar whose sum over replicas is the global-batch loss, and a dict
+        of the METRIC_SUMS over this replica's batch.
+    """
+    ids = tf.cast(features["masked_lm_ids"], tf.int32)  # [B, P]
+    weights = tf.cast(features["masked_lm_weights"], tf.float32)  # [B, P]
+    mlm_ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids, logits=mlm_logits)
+    mlm_loss_sum = tf.reduce_sum(weights * mlm_ce)
+    mlm_loss = mlm_loss_sum / (normalizers["masked_lm_weight"] + MLM_DENOMINATOR_EPSILON)
+    mlm_hits = tf.cast(tf.equal(tf.argmax(mlm_logits, -1, output_type=tf.int32), ids), tf.float32)
+
+    labels = tf.cast(tf.reshape(features["next_sentence_labels"], [-1]), tf.int32)  # [B]
+    sop_ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=sop_logits)
+    sop_loss = tf.reduce_sum(sop_ce) / normalizers["examples"]
+    sop_hits = tf.cast(
+        tf.equal(tf.argmax(sop_logits, -1, output_type=tf.int32), labels), tf.float32
+    )
+
+    sums = {
+        "masked_lm_loss_sum": mlm_loss_sum,
+        "masked_lm_correct": tf.reduce_sum(weights * mlm_hits),
+        "masked_lm_weight": tf.reduce_sum(weights),
+        "sentence_order_loss_sum": tf.reduce_sum(sop_ce),
+        "sentence_order_correct": tf.reduce_sum(sop_hits),
+        "sentence_order_examples": tf.cast(tf.size(labels), tf.float32),
+    }
+    return mlm_loss + sop_loss, sums
+
+
+def pretraining_metrics(sums):
+    """The original's four eval metrics from accumulated sums."""
+
+    def ratio(numerator, denominator):
+        return sums[numerator] / sums[denominator] if sums[denominator] else 0.0
+
+    return {
+        "masked_lm_accuracy": ratio("masked_lm_correct", "masked_lm_weight"),
+        "masked_lm_loss": ratio("masked_lm_loss_sum", "masked_lm_weight"),
+        "sentence_order_accuracy": ratio("sentence_order_correct", "sentence_order_examples"),
+        "sentence_order_loss": ratio("sentence_order_loss_sum", "sentence_order_examples"),
+    }
+
+
+class PretrainingTask(TrainingTask):
+    """ALBERT pretraining on the original's TFRecords.
+
+    Args:
+        config: an `AlbertConfig`.
+        input_file: training records, comma-separated globs.
+        eval_input_file: eval records (default: `input_file`).
+        train_batch_size, eval_batch_size: global batch sizes.
+        max_seq_length, max_predictions_per_seq: as the records were written.
+        init_from_group0: initialise every layer group from group 0 of the init checkpoint.
+    """
+
+    metric_names = METRIC_SUMS
+    best_metric = "masked_lm_accuracy"
+    logged_metrics = (
+        "masked_lm_loss",
+        "masked_lm_accuracy",
+        "sentence_order_loss",
+        "sentence_order_accuracy",
+    )
+
+    def __init__(
+        self,
+        config,
+        input_file,
+        train_batch_size,
+        eval_batch_size,
+        max_seq_length,
+        max_predictions_per_seq,
+        eval_input_file=None,
+        init_from_group0=False,
+    ):
+        self.config = config
+        self.input_files = records.expand_file_patterns(input_file)
+        self.eval_files = records.expand_file_patterns(eval_input_file or input_file)
+        self.train_batch_size = train_batch_size
+        self.eval_batch_size = eval_batch_size
+        self.max_seq_length = max_seq_length
+        self.max_predictions_per_seq = max_predictions_per_seq
+        self.init_from_group0 = init_from_group0
+        self.tokens_per_example = max_seq_length
+
+    def create_model(self):
+        return AlbertPretrainer(self.config)
+
+    def _dataset(self, files, global_batch_size, input_context, is_training, seed=None):
+        return records.pretraining_dataset(
+            files,
+            input_context.get_per_replica_batch_size(global_batch_size),
+            self.max_seq_length,
+            self.max_predictions_per_seq,
+            is_training=is_training,
+            input_context=input_context,
+            seed=seed,
+        )
+
+    def train_dataset(self, input_context, seed):
+        return self._dataset(self.input_files, self.train_batch_size, input_context, True, seed)
+
+    def eval_dataset(self, input_context):
+        return self._dataset(self.eval_files, self.eval_batch_size, input_context, False)
+
+    def loss_normalizers(self, features):
+        weights = tf.cast(features["masked_lm_weights"], tf.float32)
+        return {
+            "masked_lm_weight": tf.reduce_sum(weights),
+            "examples": tf.cast(tf.shape(weights)[0], tf.float32),
+        }
+
+    def compute_loss(self, model, features, normalizers, training):
+        outputs = model({name: features[name] for name in MODEL_INPUTS}, training=training)
+        return pretraining_loss(outputs["mlm_logits"], outputs["sop_logits"], features, normalizers)
+
+    def metric_results(self, sums):
+        return pretraining_metrics(sums)
+
+    def load_initial_weights(self, model, path):
+        if not self.init_from_group0:
+            return super().load_initial_weights(model, path)
+        source = AlbertPretrainer(self.config.replace(num_hidden_groups=1))
+        super().load_initial_weights(source, path)
+        copy_from_group0(source, model)
+
+    def prepare_output_dir(self, output_dir):
+        """albert_config.json beside the checkpoints, as in the released tarballs."""
+        self.config.to_json_file(os.path.join(output_dir, "albert_config.json"))
+
+    def save_best(self, model, checkpoint_path, best_prefix):
+        """`model.ckpt-best` in the original's TF1 names, like a released model: the original
+        code, `albert.load_checkpoint` and the converter all read it. Sharing modes TF1 names
+        cannot express keep a copy of the training checkpoint instead."""
+        from albert.checkpoints import CheckpointError, tf1
+
+        with tempfile.TemporaryDirectory() as directory:
+            try:
+                prefix = tf1.save(model, directory, prefix_name=os.path.basename(best_prefix))
+            except CheckpointError:
+                return super().save_best(model, checkpoint_path, best_prefix)
+            checkpointing.copy_checkpoint(prefix, best_prefix)
+
+
+def copy_from_group0(source, target):
+    """Sets every `group_<g>_` weight of `target` from `group_0_` of `source` (same paths
+    otherwise), as the original's `--init_from_group0`."""
+    by_path = {w.path: w for w in source.weights}
+    for weight in target.weights:
+        path = re.sub(r"group_\d+_", "group_0_", weight.path)
+        weight.assign(by_path[path])
+
+
+def run_from_flags(flag_values):
+    """run_pretraining.py: flags -> strategy, task, loop. Returns the last eval metrics."""
+    flags_lib.require(flag_values, "albert_config_file", "input_file", "output_dir")
+    config = AlbertConfig.from_json_file(flag_values.albert_config_file)
+    if flag_values.max_seq_length > config.max_position_embeddings:
+        raise flags_lib.FlagError(
+            f"--max_seq_length={flag_values.max_seq_length} exceeds the config's "
+            f"max_position_embeddings={config.max_position_embeddings}."
+        )
+    options = flags_lib.run_options_from_flags(
+        flag_values, max_eval_steps=flag_values.max_eval_steps
+    )
+    # MultiWorkerMirroredStrategy must exist before any other TensorFlow op runs.
+    strategy, _, _ = flags_lib.strategy_from_flags(flag_values)
+    task = PretrainingTask(
+        config,
+        flag_values.input_file,
+        train_batch_size=flag_values.train_batch_size,
+        eval_batch_size=flag_values.eval_batch_size,
+        max_seq_length=flag_values.max_seq_length,
+        max_predictions_per_seq=flag_values.max_predictions_per_seq,
+        eval_input_file=flag_values.eval_input_file,
+        init_from_group0=flag_values.init_from_group0,
+    )
+    # Fail on mismatched records now, in one sentence, not inside the input pipeline.
+    shapes = (flag_values.max_seq_length, flag_values.max_predictions_per_seq)
+    if options.do_train:
+        records.check_record_shapes(task.input_files, *shapes)
+    if options.do_eval:
+        records.check_record_shapes(task.eval_files, *shapes)
+    return loop.run(task, strategy, options, flags_lib.optimizer_fn_from_flags(flag_values))

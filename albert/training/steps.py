@@ -1,0 +1,186 @@
+"""The distributed train and eval steps, run `num_steps` at a time on the device.
+
+One host call runs a `tf.function` holding a `tf.range` loop around `strategy.run`, so the
+Python host only wakes up every `--iterations_per_loop` steps. A training step:
+
+    normalizers = all_reduce_sum(task.loss_normalizers(features))   # e.g. sum of MLM weights
+    loss, grads = forward + backward (XLA-compiled with --jit_compile)
+    grads       = all_reduce_sum(grads)        # the gradient of the global-batch loss
+    grad_norm   = global_norm(grads)           # summary, and the clipping norm
+    grads       = clip_by_global_norm(grads, clip_norm)
+    optimizer.apply(grads); global_step += 1
+
+Summing gradients in the step (not in the optimizer) is what makes clipping see the same
+global norm as one device with the whole batch.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+# Sums the loop adds to a task's own.
+_LOOP_METRICS = ("examples", "loss", "gradient_norm")
+
+
+class MetricSums:
+    """Float sums kept per replica and summed on read (`ON_READ`, `SUM` variables).
+
+    Args:
+        strategy: the strategy whose scope creates the variables.
+        names: the sums to keep.
+    """
+
+    def __init__(self, strategy, names):
+        self.strategy = strategy
+        with strategy.scope():
+            self.variables = {
+                name: tf.Variable(
+                    0.0,
+                    trainable=False,
+                    synchronization=tf.VariableSynchronization.ON_READ,
+                    aggregation=tf.VariableAggregation.SUM,
+                    name=f"metric_{name}",
+                )
+                for name in names
+            }
+
+    def add(self, sums):
+        """Adds a dict of local float scalars (in a replica context)."""
+        for name, value in sums.items():
+            self.variables[name].assign_add(tf.cast(value, tf.float32))
+
+    def reset(self):
+        """Zeroes every replica's copy (call in a cross-replica context)."""
+
+        def zero():
+            for variable in self.variables.values():
+                variable.assign(tf.zeros_like(variable))
+
+        self.strategy.run(zero)
+
+    def read(self):
+        """Dict of float sums over every replica (eagerly, in a cross-replica context: every
+        worker must call it, as the read all-reduces across workers)."""
+        return {name: float(v.read_value()) for name, v in self.variables.items()}
+
+
+class Trainer:
+    """Builds the on-device loops for one task, model and optimizer.
+
+    Args:
+        strategy: the `tf.distribute.Strategy` (the model and optimizer live in its scope).
+        task: a `TrainingTask`.
+        model: the task's model.
+        optimizer: a Keras optimizer that does not aggregate gradients itself
+            (`aggregate_gradients=False`), possibly inside a `LossScaleOptimizer`.
+        global_step: int64 variable, incremented once per step.
+        clip_norm: global-norm clipping threshold (1.0 as the original); None disables it.
+        jit_compile: compile the forward and backward pass with XLA.
+
+    Example:
+        >>> trainer = Trainer(strategy, task, model, optimizer, global_step)
+        >>> sums = trainer.train(data, 100)  # 100 steps in one host call
+    """
+
+    def __init__(
+        self, strategy, task, model, optimizer, global_step, clip_norm=1.0, jit_compile=False
+    ):
+        self.strategy = strategy
+        self.task = task
+        self.model = model
+        self.optimizer = optimizer
+        self.global_step = global_step
+        self.clip_norm = clip_norm
+        self.loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+        names = tuple(task.metric_names) + _LOOP_METRICS
+        self.train_metrics = MetricSums(strategy, names)
+        self.eval_metrics = MetricSums(strategy, tuple(task.metric_names) + ("examples", "loss"))
+        self._forward_backward = tf.function(self._forward_backward_fn, jit_compile=jit_compile)
+        self._train_loop = tf.function(self._train_loop_fn)
+        self._eval_loop = tf.function(self._eval_loop_fn)
+
+    # --- Replica functions ---------------------------------------------------------------
+
+    def _normalizers(self, features):
+        context = tf.distribute.get_replica_context()
+        local = self.task.loss_normalizers(features)
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, local)
+
+    def _forward_backward_fn(self, features, normalizers):
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            loss, sums = self.task.compute_loss(self.model, features, normalizers, training=True)
+            scaled_loss = self.optimizer.scale_loss(loss) if self.loss_scaled else loss
+        grads = tape.gradient(scaled_loss, variables)
+        # Embedding lookups give IndexedSlices; dense sums all-reduce and clip simply.
+        grads = [tf.convert_to_tensor(g) for g in grads]
+        return grads, loss, sums
+
+    def _train_step(self, features):
+        context = tf.distribute.get_replica_context()
+        normalizers = self._normalizers(features)
+        grads, loss, sums = self._forward_backward(features, normalizers)
+        grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        grad_norm = tf.linalg.global_norm(grads)
+        scale = tf.cast(self.optimizer.dynamic_scale, tf.float32) if self.loss_scaled else 1.0
+        if self.clip_norm:
+            # With loss scaling the gradients are `scale` times too big until the optimizer
+            # divides them, so the threshold scales with them.
+            grads, _ = tf.clip_by_global_norm(grads, self.clip_norm * scale, use_norm=grad_norm)
+        self.optimizer.apply(grads, self.model.trainable_variables)
+        self.global_step.assign_add(1)
+        num_replicas = tf.cast(context.num_replicas_in_sync, tf.float32)
+        sums = dict(sums)
+        sums["examples"] = tf.cast(tf.shape(tf.nest.flatten(features)[0])[0], tf.float32)
+        sums["loss"] = loss
+        # Every replica holds the same global norm; the SUM read must count it once.
+        sums["gradient_norm"] = grad_norm / scale / num_replicas
+        self.train_metrics.add(sums)
+
+    def _eval_step(self, features):
+        normalizers = self._normalizers(features)
+        loss, sums = self.task.compute_loss(self.model, features, normalizers, training=False)
+        sums = dict(sums)
+        sums["examples"] = tf.cast(tf.shape(tf.nest.flatten(features)[0])[0], tf.float32)
+        sums["loss"] = loss
+        self.eval_metrics.add(sums)
+
+    # --- Host-call loops -----------------------------------------------------------------
+
+    def _train_loop_fn(self, data, num_steps):
+        self.train_metrics.reset()
+        for _ in tf.range(num_steps):
+            self.strategy.run(self._train_step, args=(data.get_next(),))
+
+    def _eval_loop_fn(self, iterator, num_steps):
+        self.eval_metrics.reset()
+        steps = tf.constant(0, tf.int64)
+        for _ in tf.range(num_steps):
+            batch = iterator.get_next_as_optional()
+            if not batch.has_value():
+                break
+            self.strategy.run(self._eval_step, args=(batch.get_value(),))
+            steps += 1
+        return steps
+
+    def train(self, data, num_steps):
+        """Runs `num_steps` training steps in one host call.
+
+        Args:
+            data: a `DistributedInput`.
+            num_steps: int (passed as a tensor, so changing it does not retrace).
+
+        Returns:
+            Dict of float sums over the steps: the task's `metric_names`, `examples`, `loss`
+            (sum of per-step global losses) and `gradient_norm` (sum of per-step norms, before
+            clipping).
+        """
+        self._train_loop(data, tf.constant(num_steps, tf.int64))
+        return self.train_metrics.read()
+
+    def evaluate(self, iterator, num_steps):
+        """Runs up to `num_steps` eval steps (fewer if the data ends); returns float sums,
+        with `steps` the number of batches run."""
+        steps = self._eval_loop(iterator, tf.constant(num_steps, tf.int64))
+        return {**self.eval_metrics.read(), "steps": float(steps)}

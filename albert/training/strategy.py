@@ -1,0 +1,164 @@
+"""The tf.distribute strategy and numeric precision a run uses, chosen from flags.
+
+    tpu           TPUClusterResolver + TPUStrategy (`--use_tpu`, `--tpu_name`, `--master` imply it)
+    mirrored      MirroredStrategy over the local GPUs (or the CPU)
+    multi_worker  MultiWorkerMirroredStrategy; the cluster comes from the TF_CONFIG variable
+    default       the default (no-op) strategy: one device
+
+Every strategy runs the same training code: the loop only uses `strategy.run`, replica-context
+all-reduces and `InputContext` sharding, which all of them implement.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+import keras
+import tensorflow as tf
+
+STRATEGIES = ("tpu", "mirrored", "multi_worker", "default")
+PRECISIONS = ("none", "bfloat16", "float16")
+_POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+
+
+class StrategyError(ValueError):
+    """A strategy or precision setting that cannot run here."""
+
+
+def resolve_strategy_name(strategy=None, use_tpu=False, tpu_name=None, master=None):
+    """The strategy to use, from `--strategy` and the original's TPU flags.
+
+    Args:
+        strategy: `--strategy`, or None to choose: tpu when a TPU flag is set, multi_worker
+            when TF_CONFIG names a cluster of several tasks, mirrored with several GPUs,
+            otherwise default.
+        use_tpu, tpu_name, master: the original's flags; any of them implies tpu.
+
+    Returns:
+        One of STRATEGIES.
+
+    Raises:
+        StrategyError: an unknown name, or a TPU flag together with a non-TPU strategy.
+    """
+    wants_tpu = bool(use_tpu or tpu_name or master)
+    if strategy is None:
+        if wants_tpu:
+            return "tpu"
+        if _cluster_size() > 1:
+            return "multi_worker"
+        return "mirrored" if len(tf.config.list_physical_devices("GPU")) > 1 else "default"
+    if strategy not in STRATEGIES:
+        raise StrategyError(
+            f"`strategy` must be one of {', '.join(STRATEGIES)}. Received: {strategy!r}"
+        )
+    if wants_tpu and strategy != "tpu":
+        raise StrategyError(
+            f"--use_tpu/--tpu_name/--master ask for a TPU but --strategy={strategy}; "
+            "drop one of them."
+        )
+    return strategy
+
+
+def _cluster_size():
+    config = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
+    return sum(len(tasks) for tasks in config.get("cluster", {}).values())
+
+
+def create_strategy(name, tpu_name=None, tpu_zone=None, gcp_project=None, master=None):
+    """Builds the strategy `name` (one of STRATEGIES).
+
+    Args:
+        name: the strategy, as `resolve_strategy_name` returns it.
+        tpu_name, tpu_zone, gcp_project, master: where the TPU is (`--master` is a gRPC
+            address; `--tpu_name` a Cloud TPU name, "local" on a TPU VM).
+
+    Returns:
+        A `tf.distribute.Strategy`.
+
+    Raises:
+        StrategyError: multi_worker without TF_CONFIG, or an unknown name.
+    """
+    if name == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+            tpu=tpu_name or master or "", zone=tpu_zone, project=gcp_project
+        )
+        if (tpu_name or master) != "local":
+            tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if name == "multi_worker":
+        if _cluster_size() < 1:
+            raise StrategyError(
+                "--strategy=multi_worker needs the TF_CONFIG environment variable describing "
+                "the cluster and this task; set it on every worker."
+            )
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name == "default":
+        return tf.distribute.get_strategy()
+    raise StrategyError(f"`strategy` must be one of {', '.join(STRATEGIES)}. Received: {name!r}")
+
+
+def set_precision(mixed_precision, strategy_name):
+    """Sets Keras's global dtype policy; call before building the model.
+
+    Args:
+        mixed_precision: `--mixed_precision` (none, bfloat16, float16) or None for the default,
+            bfloat16 on TPU and none elsewhere.
+        strategy_name: the resolved strategy name.
+
+    Returns:
+        The precision used, one of PRECISIONS.
+    """
+    if mixed_precision is None:
+        mixed_precision = "bfloat16" if strategy_name == "tpu" else "none"
+    if mixed_precision not in PRECISIONS:
+        raise StrategyError(
+            f"`mixed_precision` must be one of {', '.join(PRECISIONS)}. "
+            f"Received: {mixed_precision!r}"
+        )
+    keras.mixed_precision.set_dtype_policy(_POLICIES[mixed_precision])
+    return mixed_precision
+
+
+def worker_info(strategy):
+    """(task index among the training workers, number of workers, whether this is the chief)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_type = getattr(resolver, "task_type", None)
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or task_type is None:
+        return 0, 1, True
+    jobs = resolver.cluster_spec().as_dict()
+    has_chief = "chief" in jobs
+    num_workers = len(jobs.get("worker", [])) + (1 if has_chief else 0)
+    if task_type == "chief":
+        return 0, num_workers, True
+    index = resolver.task_id + (1 if has_chief else 0)
+    return index, num_workers, index == 0
+
+
+def is_chief(strategy):
+    """Whether this process writes checkpoints and summaries to the output directory."""
+    return worker_info(strategy)[2]
+
+
+def writable_dir(output_dir, strategy):
+    """Where this worker writes: `output_dir` for the chief, a temporary directory otherwise.
+
+    Multi-worker runs need every worker to take part in saving (the save may hold
+    collectives), but only one copy must land in `output_dir`, as TensorFlow's multi-worker
+    guide recommends. Remove the temporary directory with `remove_worker_dir`.
+    """
+    if is_chief(strategy):
+        return output_dir
+    index = worker_info(strategy)[0]
+    return tempfile.mkdtemp(prefix=f"albert_worker_{index}_")
+
+
+def remove_worker_dir(path, output_dir):
+    """Deletes a directory `writable_dir` created for a non-chief worker."""
+    if path != output_dir and os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,75 @@
+"""TensorBoard scalars and the console progress line."""
+
+from __future__ import annotations
+
+import datetime
+import time
+
+import tensorflow as tf
+from absl import logging
+
+
+class ScalarWriter:
+    """Writes dicts of scalars to TensorBoard event files under `directory`.
+
+    Args:
+        directory: the event directory (`output_dir` for training, `output_dir/eval`).
+        enabled: False on non-chief workers, which write nothing.
+    """
+
+    def __init__(self, directory, enabled=True):
+        self.directory = directory
+        self._writer = tf.summary.create_file_writer(directory) if enabled else None
+
+    def write(self, scalars, step):
+        if self._writer is None:
+            return
+        with self._writer.as_default(step=step):
+            for name, value in scalars.items():
+                tf.summary.scalar(name, value)
+        self._writer.flush()
+
+    def close(self):
+        if self._writer is not None:
+            self._writer.close()
+
+
+def format_duration(seconds):
+    return str(datetime.timedelta(seconds=int(max(seconds, 0))))
+
+
+class ProgressLogger:
+    """Logs `step 300/1000 (30%) | metric value ... | 812 examples/s | ETA 0:02:10`.
+
+    The first host call (which traces and compiles the step) is left out of the ETA.
+
+    Args:
+        total_steps: the step training ends at.
+        metric_names: the metrics to show, in order, when present.
+    """
+
+    def __init__(self, total_steps, metric_names):
+        self.total_steps = total_steps
+        self.metric_names = tuple(metric_names)
+        self._start = None  # (time, step) after the first host call
+
+    def log(self, step, metrics):
+        now = time.time()
+        eta = ""
+        if self._start is None:
+            self._start = (now, step)
+        elif step > self._start[1]:
+            seconds_per_step = (now - self._start[0]) / (step - self._start[1])
+            eta = f" | ETA {format_duration(seconds_per_step * (self.total_steps - step))}"
+        shown = " | ".join(
+            f"{name} {metrics[name]:.4g}" for name in self.metric_names if name in metrics
+        )
+        percent = 100.0 * step / max(self.total_steps, 1)
+        rate = ""
+        if "examples_per_second" in metrics:
+            rate = f" | {metrics['examples_per_second']:.1f} examples/s"
+        if metrics.get("tokens_per_second"):
+            rate += f" | {metrics['tokens_per_second']:.0f} tokens/s"
+        logging.info(
+            "step %d/%d (%.0f%%) | %s%s%s", step, self.total_steps, percent, shown, rate, eta
+        )

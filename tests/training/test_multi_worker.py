@@ -1,0 +1,66 @@
+"""MultiWorkerMirroredStrategy: two local worker processes (TF_CONFIG on 127.0.0.1) complete a
+short run; only the chief writes checkpoints and summaries to output_dir."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import synthetic_pretraining as synthetic
+import tensorflow as tf
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_two_workers_complete_a_run(tmp_path):
+    data = synthetic.write_records(tmp_path / "train.tfrecord", 120, seed=9)
+    config = synthetic.write_config(tmp_path / "config.json")
+    output_dir = tmp_path / "out"
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
+    command = [
+        sys.executable, str(REPO / "run_pretraining.py"), "--strategy=multi_worker",
+        f"--albert_config_file={config}", f"--input_file={data}", f"--output_dir={output_dir}",
+        "--do_train", "--do_eval", "--train_batch_size=8", "--eval_batch_size=8",
+        "--max_seq_length=32", "--max_predictions_per_seq=5", "--num_train_steps=6",
+        "--num_warmup_steps=2", "--learning_rate=0.01", "--save_checkpoints_steps=3",
+        "--iterations_per_loop=3", "--max_eval_steps=2",
+    ]  # fmt: skip
+    workers = []
+    for index in range(2):
+        tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
+        env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), TF_CPP_MIN_LOG_LEVEL="3",
+                   PYTHONPATH=str(REPO))  # fmt: skip
+        workers.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, text=True))  # fmt: skip
+    try:
+        logs = [worker.communicate(timeout=240)[1] for worker in workers]
+    finally:
+        for worker in workers:
+            worker.kill()
+    for worker, log in zip(workers, logs, strict=True):
+        assert worker.returncode == 0, log[-3000:]
+        assert "Strategy multi_worker with 2 replica(s)" in log
+        assert "step 6/6" in log
+
+    assert Path(tf.train.latest_checkpoint(str(output_dir))).name == "model.ckpt-6"
+    reader = tf.train.load_checkpoint(str(output_dir / "model.ckpt-6"))
+    assert reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 6
+    # One copy of each file in output_dir: the chief's. Workers save their input positions.
+    assert len(list(output_dir.glob("events.out.tfevents.*"))) == 1
+    assert len(list((output_dir / "eval").glob("events.out.tfevents.*"))) == 1
+    assert (output_dir / "eval_results.txt").exists()
+    assert (output_dir / "model.ckpt-best.index").exists()
+    states = sorted(p.name for p in (output_dir / "input_state").iterdir())
+    assert states == ["worker_0", "worker_1"]

@@ -1,0 +1,176 @@
+"""LAMB / AdamW against a numpy transcription of the original's update, and the schedule."""
+
+import keras
+import numpy as np
+import pytest
+
+from albert.config import AlbertConfig
+from albert.modeling import AlbertPretrainer
+from albert.training.optimization import (
+    AdamWeightDecay,
+    Lamb,
+    OptimizerError,
+    WarmupPolynomialDecay,
+    create_optimizer,
+)
+
+
+class _Block(keras.layers.Layer):
+    """Weights with the paths the exclusion rules look at."""
+
+    def __init__(self):
+        super().__init__(name="encoder")
+        self.query = keras.layers.Dense(5, name="query")
+        self.layer_norm = keras.layers.LayerNormalization(name="LayerNorm")
+
+    def build(self, input_shape=None):
+        self.query.build((None, 3))
+        self.layer_norm.build((None, 5))
+        # Starts at zero, so ||w|| = 0 and the trust ratio must fall back to 1.
+        self.zero_kernel = self.add_weight(shape=(2, 3), initializer="zeros", name="zero_kernel")
+        self.built = True
+
+
+def _numpy_update(w, g, m, v, lr, decay, adapt, wd=0.01, b1=0.9, b2=0.999, eps=1e-6):
+    """The original optimization.py, line by line."""
+    m = b1 * m + (1.0 - b1) * g
+    v = b2 * v + (1.0 - b2) * g * g
+    update = m / (np.sqrt(v) + eps)
+    if decay:
+        update = update + wd * w
+    ratio = 1.0
+    if adapt:
+        w_norm, u_norm = np.linalg.norm(w), np.linalg.norm(update)
+        ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
+    return w - ratio * lr * update, m, v
+
+
+@pytest.mark.parametrize("optimizer_class", [AdamWeightDecay, Lamb])
+def test_update_matches_numpy_transcription(optimizer_class):
+    block = _Block()
+    block.build()
+    variables = block.trainable_variables
+    paths = [v.path for v in variables]
+    assert paths == [
+        "encoder/zero_kernel",
+        "encoder/query/kernel",
+        "encoder/query/bias",
+        "encoder/LayerNorm/gamma",
+        "encoder/LayerNorm/beta",
+    ]
+    rng = np.random.default_rng(0)
+    for v in variables[1:]:  # uneven, non-trivial starting values
+        v.assign(rng.normal(size=v.shape).astype("float32"))
+    excluded = [False, False, True, True, True]
+    lr = 0.1
+    optimizer = optimizer_class(learning_rate=lr)
+    state = [(v.numpy().astype("float64"), 0.0, 0.0) for v in variables]
+    for step in range(4):
+        grads = [rng.normal(size=v.shape).astype("float32") for v in variables]
+        if step == 0:
+            grads[0] = np.zeros_like(grads[0])  # ||u|| = 0 with ||w|| = 0: ratio 1, no NaN
+        optimizer.apply(grads, variables)
+        adapt = optimizer_class is Lamb
+        state = [
+            _numpy_update(w, g, m, v, lr, decay=not ex, adapt=adapt and not ex)
+            for (w, m, v), g, ex in zip(state, grads, excluded, strict=True)
+        ]
+        for variable, (expected, _, _) in zip(variables, state, strict=True):
+            got = variable.numpy()
+            assert np.all(np.isfinite(got))
+            assert np.max(np.abs(got - expected)) < 2e-6, (variable.path, step)
+
+
+def test_lamb_and_adamw_differ_and_exclusions_matter():
+    """Guards the test above against a transcription that cannot tell the rules apart."""
+    results = {}
+    for name, cls, exclude in (
+        ("lamb", Lamb, ("LayerNorm", "layer_norm", "bias")),
+        ("adamw", AdamWeightDecay, ("LayerNorm", "layer_norm", "bias")),
+        ("lamb_no_exclusions", Lamb, ()),
+    ):
+        keras.utils.set_random_seed(1)
+        block = _Block()
+        block.build()
+        optimizer = cls(learning_rate=0.1, exclude_from_weight_decay=exclude)
+        grads = [np.full(v.shape, 0.5, "float32") for v in block.trainable_variables]
+        optimizer.apply(grads, block.trainable_variables)
+        results[name] = [v.numpy() for v in block.trainable_variables]
+    kernel, gamma = 1, 3
+    assert np.max(np.abs(results["lamb"][kernel] - results["adamw"][kernel])) > 1e-4
+    assert np.max(np.abs(results["lamb"][gamma] - results["lamb_no_exclusions"][gamma])) > 1e-4
+
+
+def test_exclusions_on_the_albert_variables():
+    config = AlbertConfig(vocab_size=99, embedding_size=16, hidden_size=24, num_hidden_layers=2,
+                          num_attention_heads=2, intermediate_size=40)  # fmt: skip
+    model = AlbertPretrainer(config)
+    optimizer = Lamb(learning_rate=0.1)
+    optimizer.build(model.trainable_variables)
+    decayed = {
+        v.path
+        for v, use in zip(model.trainable_variables, optimizer._use_weight_decay, strict=True)
+        if use
+    }
+    adapted = {
+        v.path
+        for v, use in zip(model.trainable_variables, optimizer._use_layer_adaptation, strict=True)
+        if use
+    }
+    assert decayed == adapted
+    for path in ("embeddings/word_embeddings", "pooler/kernel",
+                 "encoder/group_0_inner_group_0_attention/query/kernel",
+                 "sentence_order_head/output_weights", "masked_lm_head/transform_dense/kernel"):  # fmt: skip
+        assert path in decayed
+    for path in ("embeddings/LayerNorm/gamma", "masked_lm_head/output_bias",
+                 "encoder/group_0_inner_group_0_attention/query/bias",
+                 "encoder/group_0_inner_group_0_ffn/LayerNorm_1/beta",
+                 "masked_lm_head/transform_LayerNorm/gamma"):  # fmt: skip
+        assert path not in decayed
+    # Every variable is either a kernel-like weight or an excluded one.
+    assert len(decayed) == sum(
+        1 for v in model.trainable_variables if not any(k in v.path for k in ("LayerNorm", "bias"))
+    )
+
+
+def _reference_schedule(step, init, total, warmup, start, power):
+    """The reference formula (ALBERT_REFERENCE.md section 6)."""
+    decayed = init * (1.0 - min(step, total) / total) ** power
+    if warmup and step - start < warmup:
+        return init * (step - start) / warmup
+    return decayed
+
+
+@pytest.mark.parametrize(
+    "warmup,start,power", [(10, 0, 1.0), (7, 3, 2.0), (0, 0, 0.5), (25, 30, 1.0)]
+)
+def test_schedule_matches_formula(warmup, start, power):
+    schedule = WarmupPolynomialDecay(0.00176, 100, warmup, start, power)
+    for step in (0, 1, 3, 6, 7, 9, 10, 11, 29, 30, 54, 55, 99, 100, 130):
+        expected = _reference_schedule(step, 0.00176, 100, warmup, start, power)
+        assert abs(float(schedule(step)) - expected) < 1e-9, step
+
+
+def test_schedule_known_values():
+    schedule = WarmupPolynomialDecay(1e-3, 100, warmup_steps=10)
+    assert [round(float(schedule(s)), 9) for s in (0, 5, 10, 50, 100, 150)] == [
+        0.0, 5e-4, 9e-4, 5e-4, 0.0, 0.0,
+    ]  # fmt: skip
+
+
+def test_create_optimizer_follows_the_global_step():
+    step = keras.Variable(0, dtype="int64", trainable=False)
+    optimizer, schedule = create_optimizer("adamw", 1e-3, 100, num_warmup_steps=10,
+                                           global_step=step)  # fmt: skip
+    assert isinstance(optimizer, AdamWeightDecay) and not isinstance(optimizer, Lamb)
+    step.assign(50)
+    assert abs(float(optimizer.learning_rate) - 5e-4) < 1e-9
+    lamb, _ = create_optimizer("lamb", 1e-3, 100)
+    assert isinstance(lamb, Lamb)
+
+
+def test_bad_settings_are_one_sentence_errors():
+    with pytest.raises(OptimizerError, match="optimizer"):
+        create_optimizer("sgd", 1e-3, 100)
+    with pytest.raises(OptimizerError, match="num_train_steps"):
+        create_optimizer("lamb", 1e-3, 0)
