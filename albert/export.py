@@ -1,0 +1,103 @@
+"""SavedModels that take raw strings: the in-graph tokenizer in front of a fine-tuned model.
+
+`export_classifier` writes a SavedModel whose `serving_default` signature takes the raw
+sentences of a GLUE-style task and returns what the model predicts:
+
+    inputs   sentence_a  tf.string [batch]
+             sentence_b  tf.string [batch]       (pair tasks only)
+    outputs  probabilities  float32 [batch, num_labels]   and  label  tf.string [batch]
+             or, for regression (STS-B):  score  float32 [batch]
+
+Text goes through `albert.text_ops.InGraphTokenizer` (the same ids as `FullTokenizer`), is
+packed as `[CLS] A [SEP] B [SEP]` and cut to `max_seq_length` by the original's rule. The
+SentencePiece model is stored inside the SavedModel. Loading needs TensorFlow and
+tensorflow-text only (import tensorflow_text first, which registers the SentencePiece op):
+
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+    serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+    serve(sentence_a=tf.constant(["a fine film"]))["probabilities"]
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from albert.text_ops import InGraphTokenizer
+
+SERVING_SIGNATURE = "serving_default"
+
+
+class _ClassifierServing(tf.Module):
+    """Raw strings -> in-graph tokenizer -> classifier -> probabilities (or score).
+
+    The Keras model is not an attribute (so the SavedModel does not try to serialise the
+    Keras object); its variables are tracked as a plain list, which also reaches weights
+    that Keras 3 keeps in Python lists of layers.
+    """
+
+    def __init__(self, model, tokenizer, max_seq_length, labels, sentence_pair):
+        super().__init__(name="albert_classifier_serving")
+        self.tokenizer = tokenizer
+        self.model_variables = list(model.variables)
+        self.labels = tf.constant(list(labels) or [""], tf.string)
+        self._regression = not labels
+        self._call_model = lambda inputs: model(inputs, training=False)["logits"]
+        self._max_seq_length = max_seq_length
+        spec = [tf.TensorSpec([None], tf.string, name="sentence_a")]
+        if sentence_pair:
+            spec.append(tf.TensorSpec([None], tf.string, name="sentence_b"))
+            self.serve = tf.function(self._serve_pair, input_signature=spec)
+        else:
+            self.serve = tf.function(self._serve_single, input_signature=spec)
+
+    def _serve_single(self, sentence_a):
+        return self._outputs([sentence_a])
+
+    def _serve_pair(self, sentence_a, sentence_b):
+        return self._outputs([sentence_a, sentence_b])
+
+    def _outputs(self, sentences):
+        segments = [self.tokenizer.tokenize(s) for s in sentences]  # each [B, (P)]
+        inputs = self.tokenizer.pack(segments, self._max_seq_length)  # each [B, S]
+        logits = tf.cast(self._call_model(inputs), tf.float32)  # [B, C]
+        if self._regression:
+            return {"score": logits[:, 0]}
+        return {
+            "probabilities": tf.nn.softmax(logits, axis=-1),
+            "label": tf.gather(self.labels, tf.argmax(logits, axis=-1)),
+        }
+
+
+def export_classifier(model, spm_model_file, do_lower_case, max_seq_length, labels, export_dir,
+                      sentence_pair=True):  # fmt: skip
+    """Writes a SavedModel of a fine-tuned `AlbertClassifier` that takes raw strings.
+
+    Args:
+        model: an `AlbertClassifier` (its `logits` output is [B, num_labels]).
+        spm_model_file: the SentencePiece model the model was fine-tuned with.
+        do_lower_case: whether the text was lower-cased.
+        max_seq_length: tokens per input (as in fine-tuning).
+        labels: the label strings in class-id order; empty for regression (one output).
+        export_dir: where to write the SavedModel.
+        sentence_pair: whether the signature takes `sentence_b` too.
+
+    Returns:
+        `export_dir`.
+
+    Raises:
+        ValueError: `labels` does not match the model's number of outputs.
+        albert.tokenization.TokenizerError: the SentencePiece model cannot be read.
+    """
+    num_outputs = model.num_labels
+    if (len(labels) or 1) != num_outputs:
+        raise ValueError(
+            f"export_classifier got {len(labels)} labels for a model with {num_outputs} "
+            "outputs; pass the task's labels in class-id order (none for regression)."
+        )
+    tokenizer = InGraphTokenizer(spm_model_file, do_lower_case=do_lower_case)
+    module = _ClassifierServing(model, tokenizer, max_seq_length, labels, sentence_pair)
+    tf.saved_model.save(
+        module, export_dir, signatures={SERVING_SIGNATURE: module.serve.get_concrete_function()}
+    )
+    return export_dir

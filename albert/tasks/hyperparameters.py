@@ -1,0 +1,89 @@
+"""The paper's fine-tuning hyperparameters (ALBERT, appendix table), used as flag defaults.
+
+A fine-tuning flag left unset (None) takes the value of its task's row; a flag given on the
+command line always wins. `albert_dropout_prob` is the model's dropout (the config's
+`hidden_dropout_prob` and `attention_probs_dropout_prob`); the classifier's own dropout is
+0.1 for every task (`--classifier_dropout_prob`).
+
+    task        lr     batch  steps  warmup  max_seq_length  albert dropout
+    cola        1e-5   16     5336   320     512             0
+    sts-b       2e-5   16     3598   214     512             0
+    sst-2       1e-5   32     20935  1256    512             0
+    mnli        3e-5   128    10000  1000    512             0
+    qnli        1e-5   32     33112  1986    512             0
+    qqp         5e-5   128    14000  1000    512             0.1
+    rte         3e-5   32     800    200     512             0.1
+    mrpc        2e-5   32     800    200     512             0
+    wnli        2e-5   16     2000   250     512             0.1
+    squad1.1    5e-5   48     3649   365     384             0
+    squad2.0    3e-5   48     8144   814     512             0
+    race        2e-5   32     12000  1000    512             0.1
+
+`mismnli` and `ax` use the MNLI row (the same model).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from absl import logging
+
+
+@dataclasses.dataclass(frozen=True)
+class Hyperparameters:
+    """One row of the paper's table, under the flag names that take it."""
+
+    learning_rate: float
+    train_batch_size: int
+    num_train_steps: int
+    num_warmup_steps: int
+    max_seq_length: int
+    albert_dropout_prob: float
+
+
+_ROWS = {
+    "cola": Hyperparameters(1e-5, 16, 5336, 320, 512, 0.0),
+    "sts-b": Hyperparameters(2e-5, 16, 3598, 214, 512, 0.0),
+    "sst-2": Hyperparameters(1e-5, 32, 20935, 1256, 512, 0.0),
+    "mnli": Hyperparameters(3e-5, 128, 10000, 1000, 512, 0.0),
+    "qnli": Hyperparameters(1e-5, 32, 33112, 1986, 512, 0.0),
+    "qqp": Hyperparameters(5e-5, 128, 14000, 1000, 512, 0.1),
+    "rte": Hyperparameters(3e-5, 32, 800, 200, 512, 0.1),
+    "mrpc": Hyperparameters(2e-5, 32, 800, 200, 512, 0.0),
+    "wnli": Hyperparameters(2e-5, 16, 2000, 250, 512, 0.1),
+    "squad1.1": Hyperparameters(5e-5, 48, 3649, 365, 384, 0.0),
+    "squad2.0": Hyperparameters(3e-5, 48, 8144, 814, 512, 0.0),
+    "race": Hyperparameters(2e-5, 32, 12000, 1000, 512, 0.1),
+}
+PAPER_HYPERPARAMETERS = {**_ROWS, "mismnli": _ROWS["mnli"], "ax": _ROWS["mnli"]}
+# The original fine-tuning scripts' names of the engine's step flags (aliases of them).
+_ORIGINAL_NAMES = {"num_train_steps": "train_step", "num_warmup_steps": "warmup_step"}
+
+
+def fill_from_table(flag_values, task_key):
+    """Sets every unset (None) flag named in `Hyperparameters` from the task's row.
+
+    Args:
+        flag_values: parsed `absl.flags.FlagValues` holding those flags.
+        task_key: a key of `PAPER_HYPERPARAMETERS` (e.g. "mrpc", "squad2.0", "race").
+
+    Returns:
+        dict of flag name -> value taken from the table (also logged), empty when every flag
+        was given.
+    """
+    row = PAPER_HYPERPARAMETERS[task_key]
+    taken = {}
+    for field in dataclasses.fields(Hyperparameters):
+        if getattr(flag_values, field.name) is None:
+            value = getattr(row, field.name)
+            setattr(flag_values, field.name, value)
+            taken[field.name] = value
+    if taken:
+        logging.info(
+            "From the paper's hyperparameters for %s: %s (pass a flag to override).",
+            task_key,
+            ", ".join(
+                f"--{_ORIGINAL_NAMES.get(name, name)}={value}" for name, value in taken.items()
+            ),
+        )
+    return taken

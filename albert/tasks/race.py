@@ -1,0 +1,190 @@
+"""RACE fine-tuning (run_race.py) on the fine-tuning engine.
+
+Model: `AlbertMultipleChoice`: each of the C=4 inputs `[CLS] article [SEP] question+option
+[SEP]` -> pooled output -> dropout -> dense 1; softmax over the choices. Loss: softmax
+cross-entropy of the right option, mean over the global batch.
+
+Roles: TRAIN, EVAL and PREDICT read the train, dev and test splits under `--data_dir`
+(`RACE/{split}/{middle,high}/*.txt`), both levels or one (`--middle_only`, `--high_only`).
+Evaluation reports `accuracy` (kept as the best checkpoint's metric), `middle_accuracy`,
+`high_accuracy` and the example counts. Prediction writes `predictions.json` (example id ->
+"A".."D") and `test_results.txt` with the test split's accuracies (RACE's test set has
+answers).
+
+Shape letters: B batch, C choices (4), T max_seq_length.
+"""
+
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+
+from albert.data import race
+from albert.modeling import AlbertBackbone, AlbertMultipleChoice
+from albert.tasks import engine
+
+SPLITS = {engine.TRAIN: "train", engine.EVAL: "dev", engine.PREDICT: "test"}
+PREDICTIONS_FILE = "predictions.json"
+TEST_RESULTS_FILE = "test_results.txt"
+
+
+class RaceTask(engine.FineTuningTask):
+    """RACE for the fine-tuning engine.
+
+    Args:
+        data_dir: the directory holding `RACE/` (or `RACE` itself).
+        tokenizer: an `albert.tokenization.FullTokenizer`.
+        config: the `AlbertConfig`.
+        max_seq_length: T.
+        max_qa_length: question+option tokens kept (the last ones).
+        train_batch_size, eval_batch_size, predict_batch_size: global batch sizes.
+        high_only, middle_only: read one level only.
+        classifier_dropout_prob: dropout on the pooled output.
+        cached_dir: directory of the feature cache, or None.
+
+    Example:
+        >>> task = RaceTask("data", tokenizer, config, 512, 128, 32, 8, 8)
+        >>> engine.run(task, strategy, options, optimizer_fn, do_predict=True)
+    """
+
+    prediction_keys = ("logits",)
+    kept_features = ("label_ids",)
+    best_metric = "accuracy"
+    metric_names = ("correct", "real_examples")
+    logged_metrics = ("accuracy",)
+
+    def __init__(self, data_dir, tokenizer, config, max_seq_length, max_qa_length,
+                 train_batch_size, eval_batch_size, predict_batch_size, high_only=False,
+                 middle_only=False, classifier_dropout_prob=0.1, cached_dir=None):  # fmt: skip
+        super().__init__(
+            config, train_batch_size, eval_batch_size, predict_batch_size, max_seq_length
+        )
+        self.levels = race.race_levels(high_only, middle_only)
+        self.tokens_per_example = race.NUM_CHOICES * max_seq_length
+        self.data_dir = data_dir
+        self.tokenizer = tokenizer
+        self.max_seq_length, self.max_qa_length = max_seq_length, max_qa_length
+        self.high_only, self.middle_only = high_only, middle_only
+        self.classifier_dropout_prob = classifier_dropout_prob
+        self.cached_dir = cached_dir
+        self._race = {}
+
+    def create_model(self):
+        return AlbertMultipleChoice(AlbertBackbone(self.config), self.classifier_dropout_prob)
+
+    def race_features(self, role):
+        """The `RaceFeatures` of a role's split, loaded once."""
+        if role not in self._race:
+            self._race[role] = race.load_features(
+                self.data_dir, SPLITS[role], self.tokenizer, self.max_seq_length,
+                self.max_qa_length, self.high_only, self.middle_only, self.cached_dir,
+            )  # fmt: skip
+        return self._race[role]
+
+    def load_features(self, role):
+        data = self.race_features(role)
+        return data.dataset, data.num_examples
+
+    # --- Loss and training metrics ---------------------------------------------------
+
+    def loss(self, outputs, features, normalizers):
+        logits = tf.cast(outputs["logits"], tf.float32)  # [B, C]
+        labels = tf.cast(features["label_ids"], tf.int32)  # [B]
+        weights = tf.cast(features["is_real_example"], tf.float32)  # [B]
+        errors = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        hits = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
+        sums = {"correct": tf.reduce_sum(weights * hits), "real_examples": tf.reduce_sum(weights)}
+        return tf.reduce_sum(weights * errors) / normalizers["examples"], sums
+
+    def metric_results(self, sums):
+        return {"accuracy": sums["correct"] / max(sums["real_examples"], 1.0)}
+
+    # --- Evaluation and predictions --------------------------------------------------
+
+    def evaluate_predictions(self, predictions):
+        examples = self.race_features(engine.EVAL).examples
+        return race.accuracy_by_level(examples, predictions["logits"])
+
+    def write_predictions(self, predictions, output_dir):
+        from albert.metrics import format_eval_results
+
+        examples = self.race_features(engine.PREDICT).examples
+        path = os.path.join(output_dir, PREDICTIONS_FILE)
+        race.write_predictions(path, examples, predictions["logits"])
+        results_path = os.path.join(output_dir, TEST_RESULTS_FILE)
+        with tf.io.gfile.GFile(results_path, "w") as f:
+            f.write(format_eval_results(race.accuracy_by_level(examples, predictions["logits"])))
+        return [path, results_path]
+
+
+# --- run_race.py -------------------------------------------------------------------------
+
+
+def define_race_flags(flag_values=None):
+    """Every run_race.py flag: the fine-tuning flags plus the original's RACE flags."""
+    from absl import flags
+
+    from albert.tasks import flags as finetuning_flags
+
+    flag_values = flags.FLAGS if flag_values is None else flag_values
+    finetuning_flags.define_finetuning_flags(flag_values)
+    define = [
+        (flags.DEFINE_string, "data_dir", None,
+         "Directory holding RACE/{train,dev,test}/{middle,high}/*.txt."),
+        (flags.DEFINE_bool, "high_only", False, "Read the high-school questions only."),
+        (flags.DEFINE_bool, "middle_only", False, "Read the middle-school questions only."),
+        (flags.DEFINE_integer, "max_qa_length", 128, "Question+option tokens kept (the last)."),
+    ]  # fmt: skip
+    for define_function, name, default, help_text in define:
+        define_function(name, default, help_text, flag_values=flag_values)
+
+
+def run_from_flags(flag_values):
+    """run_race.py: flags -> strategy, task, engine. Returns the final eval metrics.
+
+    Raises:
+        FlagError, RaceDataError, TokenizerError, CheckpointError...: user errors, each one
+            sentence naming the flag or file.
+    """
+    from albert.tasks import flags as finetuning_flags
+    from albert.tasks import hyperparameters
+    from albert.training import flags as training_flags
+
+    finetuning_flags.check_finetuning_flags(flag_values)
+    training_flags.require(flag_values, "data_dir")
+    race.race_levels(flag_values.high_only, flag_values.middle_only)
+    hyperparameters.fill_from_table(flag_values, "race")
+    tokenizer = finetuning_flags.tokenizer_from_flags(flag_values)
+    config = finetuning_flags.config_from_flags(flag_values)
+    options = training_flags.run_options_from_flags(flag_values)
+    # MultiWorkerMirroredStrategy must exist before any other TensorFlow op runs.
+    strategy, _, _ = training_flags.strategy_from_flags(flag_values)
+    task = RaceTask(
+        flag_values.data_dir,
+        tokenizer,
+        config,
+        max_seq_length=flag_values.max_seq_length,
+        max_qa_length=flag_values.max_qa_length,
+        train_batch_size=flag_values.train_batch_size,
+        eval_batch_size=flag_values.eval_batch_size,
+        predict_batch_size=flag_values.predict_batch_size,
+        high_only=flag_values.high_only,
+        middle_only=flag_values.middle_only,
+        classifier_dropout_prob=flag_values.classifier_dropout_prob,
+        cached_dir=flag_values.cached_dir,
+    )
+    # Read (or tokenize) every split the run needs now, so a missing file fails first.
+    roles = [(engine.TRAIN, flag_values.do_train), (engine.EVAL, flag_values.do_eval),
+             (engine.PREDICT, flag_values.do_predict)]  # fmt: skip
+    for role, wanted in roles:
+        if wanted:
+            task.features(role)
+    return engine.run(
+        task,
+        strategy,
+        options,
+        training_flags.optimizer_fn_from_flags(flag_values),
+        do_predict=flag_values.do_predict,
+        export_dir=flag_values.export_dir,
+    )

@@ -1,0 +1,353 @@
+"""SQuAD v1.1 and v2.0 fine-tuning (run_squad.py) on the fine-tuning engine.
+
+Model: `AlbertQuestionAnswering`, the v1 span head (start/end logits) or, with
+`--version_2_with_negative`, the original's XLNet-style v2 head (start log-probabilities, end
+conditioned on the start, answer-class logit). Losses, means over the global batch:
+
+    v1.1   (CE(start) + CE(end)) / 2, softmax cross-entropy over the T positions
+    v2.0   (-log p(start) - log p(end | gold start)) / 2 + 0.5 * sigmoid CE(cls, is_impossible)
+
+Roles: TRAIN reads `--train_file`, EVAL and PREDICT both read `--predict_file` (the original
+predicts and, when the file has answers, evaluates it). Evaluation post-processes every window
+(`albert.data.squad_postprocessing`) and scores with the official SQuAD evaluation
+(`albert.metrics.squad`): `exact` and `f1` (v1.1); for v2.0 also the HasAns/NoAns splits and
+the best thresholds, with the null threshold tuned on that file (`null_score_diff_threshold`,
+the `best_f1_thresh`) and `exact`/`f1` reported at it. The best checkpoint is kept by `f1`.
+Prediction writes `predictions.json`, `nbest_predictions.json` and (v2.0) `null_odds.json`;
+v2.0 answers are nulled above `--null_score_diff_threshold` when given, else above the
+threshold tuned in this run's evaluation (or tuned now, when the file has answers), else 0.
+
+Shape letters: B batch, T max_seq_length, K start_n_top, K' end_n_top.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from albert.data import squad, squad_postprocessing
+from albert.metrics import squad as squad_metrics
+from albert.modeling import AlbertBackbone, AlbertQuestionAnswering
+from albert.tasks import engine
+
+V1_KEYS = ("start_logits", "end_logits")
+V2_KEYS = ("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index",
+           "cls_logits")  # fmt: skip
+_INDEX_KEYS = ("start_top_index", "end_top_index")
+
+
+class SquadTask(engine.FineTuningTask):
+    """SQuAD v1.1 or v2.0 for the fine-tuning engine.
+
+    Args:
+        train_file, predict_file: SQuAD JSON files (None when the role is not used).
+        tokenizer: an `albert.tokenization.FullTokenizer`.
+        config: the `AlbertConfig`.
+        version_2_with_negative: SQuAD 2.0 (unanswerable questions, the v2 head).
+        max_seq_length, doc_stride, max_query_length: the windows (`albert.data.squad`).
+        train_batch_size, eval_batch_size, predict_batch_size: global batch sizes.
+        n_best_size, max_answer_length: post-processing.
+        start_n_top, end_n_top: the v2 inference beam.
+        null_score_diff_threshold: v2 null threshold for predictions, or None (see module doc).
+        dropout_rate: dropout in the v2 answer-class head.
+        cached_dir: directory of the feature cache, or None.
+
+    Example:
+        >>> task = SquadTask("train-v2.0.json", "dev-v2.0.json", tokenizer, config, True)
+        >>> engine.run(task, strategy, options, optimizer_fn, do_predict=True)
+    """
+
+    kept_features = ("unique_ids",)
+    best_metric = "f1"
+
+    def __init__(self, train_file, predict_file, tokenizer, config, version_2_with_negative,
+                 max_seq_length=384, doc_stride=128, max_query_length=64, train_batch_size=48,
+                 eval_batch_size=8, predict_batch_size=8, n_best_size=20, max_answer_length=30,
+                 start_n_top=5, end_n_top=5, null_score_diff_threshold=None, dropout_rate=0.1,
+                 cached_dir=None):  # fmt: skip
+        super().__init__(
+            config, train_batch_size, eval_batch_size, predict_batch_size, max_seq_length
+        )
+        self.files = {engine.TRAIN: train_file, engine.EVAL: predict_file,
+                      engine.PREDICT: predict_file}  # fmt: skip
+        self.tokenizer = tokenizer
+        self.version_2_with_negative = version_2_with_negative
+        self.window = dict(max_seq_length=max_seq_length, doc_stride=doc_stride,
+                           max_query_length=max_query_length)  # fmt: skip
+        self.n_best_size, self.max_answer_length = n_best_size, max_answer_length
+        self.start_n_top, self.end_n_top = start_n_top, end_n_top
+        self.null_score_diff_threshold = null_score_diff_threshold
+        self.tuned_null_threshold = None
+        self.dropout_rate = dropout_rate
+        self.cached_dir = cached_dir
+        self.prediction_keys = V2_KEYS if version_2_with_negative else V1_KEYS
+        if version_2_with_negative:
+            self.model_inputs = ("input_ids", "input_mask", "segment_ids", "p_mask")
+        self.metric_names = ("start_correct", "end_correct", "real_examples")
+        self.logged_metrics = ("start_accuracy", "end_accuracy")
+        self._squad = {}
+
+    def create_model(self):
+        backbone = AlbertBackbone(self.config)
+        # SQuAD reads the sequence output only: the pooler gets no gradient, and the
+        # original's optimizer skips such variables, so it is frozen (kept as loaded).
+        backbone.pooler.trainable = False
+        return AlbertQuestionAnswering(
+            backbone,
+            version_2_with_negative=self.version_2_with_negative,
+            start_n_top=self.start_n_top,
+            end_n_top=self.end_n_top,
+            dropout_rate=self.dropout_rate,
+        )
+
+    # --- Data ------------------------------------------------------------------------
+
+    def squad_features(self, role):
+        """The `SquadFeatures` of a role's file (EVAL and PREDICT share one load)."""
+        is_training = role == engine.TRAIN
+        key = (self.files[role], is_training)
+        if key not in self._squad:
+            if not self.files[role]:
+                flag = "--train_file" if is_training else "--predict_file"
+                raise engine.FineTuningError(f"{flag} is required to {role}.")
+            self._squad[key] = squad.load_features(
+                self.files[role], self.tokenizer, is_training, cache_dir=self.cached_dir,
+                **self.window,
+            )  # fmt: skip
+        return self._squad[key]
+
+    def load_features(self, role):
+        data = self.squad_features(role)
+        return data.dataset, data.num_features
+
+    # --- Loss and training metrics ---------------------------------------------------
+
+    def compute_loss(self, model, features, normalizers, training):
+        inputs = self._inputs(features)
+        if training and self.version_2_with_negative:
+            # The v2 end logits are conditioned on the gold start in training.
+            inputs["start_positions"] = features["start_positions"]
+        return self.loss(model(inputs, training=training), features, normalizers)
+
+    def loss(self, outputs, features, normalizers):
+        weights = tf.cast(features["is_real_example"], tf.float32)  # [B]
+        starts = tf.cast(features["start_positions"], tf.int32)  # [B]
+        ends = tf.cast(features["end_positions"], tf.int32)  # [B]
+        if self.version_2_with_negative:
+            start_scores = tf.cast(outputs["start_log_probs"], tf.float32)  # [B, T]
+            end_scores = tf.cast(outputs["end_log_probs"], tf.float32)  # [B, T]
+            start_loss = -tf.gather(start_scores, starts, batch_dims=1)  # [B]
+            end_loss = -tf.gather(end_scores, ends, batch_dims=1)  # [B]
+            is_impossible = tf.cast(features["is_impossible"], tf.float32)  # [B]
+            cls_loss = tf.nn.sigmoid_cross_entropy_with_logits(
+                labels=is_impossible, logits=tf.cast(outputs["cls_logits"], tf.float32)
+            )  # [B]
+            losses = (start_loss + end_loss) / 2.0 + 0.5 * cls_loss
+        else:
+            start_scores = tf.cast(outputs["start_logits"], tf.float32)  # [B, T]
+            end_scores = tf.cast(outputs["end_logits"], tf.float32)  # [B, T]
+            cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits
+            losses = (
+                cross_entropy(labels=starts, logits=start_scores)
+                + cross_entropy(labels=ends, logits=end_scores)
+            ) / 2.0  # [B]
+        sums = {
+            "start_correct": _hits(start_scores, starts, weights),
+            "end_correct": _hits(end_scores, ends, weights),
+            "real_examples": tf.reduce_sum(weights),
+        }
+        return tf.reduce_sum(weights * losses) / normalizers["examples"], sums
+
+    def metric_results(self, sums):
+        count = max(sums["real_examples"], 1.0)
+        return {
+            "start_accuracy": sums["start_correct"] / count,
+            "end_accuracy": sums["end_correct"] / count,
+        }
+
+    # --- Evaluation and predictions --------------------------------------------------
+
+    def answers(self, predictions, role, null_score_diff_threshold=None):
+        """(predictions, nbest, null_odds or None) of a role's file from the model outputs."""
+        data = self.squad_features(role)
+        outputs = {}
+        for name in self.prediction_keys:
+            values = predictions[name]
+            outputs[name] = values.astype(np.int64) if name in _INDEX_KEYS else values
+        results = squad_postprocessing.results_by_unique_id(predictions["unique_ids"], outputs)
+        settings = dict(n_best_size=self.n_best_size, max_answer_length=self.max_answer_length)
+        if not self.version_2_with_negative:
+            answers, nbest = squad_postprocessing.compute_predictions_v1(
+                data.examples, data.features, results, **settings
+            )
+            return answers, nbest, None
+        return squad_postprocessing.compute_predictions_v2(
+            data.examples, data.features, results,
+            null_score_diff_threshold=null_score_diff_threshold, **settings,
+        )  # fmt: skip
+
+    def gold_dataset(self, role):
+        """The `"data"` list of a role's file, or None when it has no answer to score."""
+        dataset = squad_metrics.load_json(self.files[role], "SQuAD file")["data"]
+        for article in dataset:
+            for paragraph in article["paragraphs"]:
+                for qa in paragraph["qas"]:
+                    if qa.get("answers") or qa.get("is_impossible"):
+                        return dataset
+        return None
+
+    def evaluate_predictions(self, predictions):
+        dataset = self.gold_dataset(engine.EVAL)
+        if dataset is None:
+            raise engine.FineTuningError(
+                f"--predict_file={self.files[engine.EVAL]} holds no answers to evaluate "
+                "against; drop --do_eval (or pass a dev file)."
+            )
+        answers, _, null_odds = self.answers(predictions, engine.EVAL)
+        if not self.version_2_with_negative:
+            return dict(squad_metrics.evaluate_v1(dataset, answers))
+        tuned = squad_postprocessing.tune_null_threshold(dataset, answers, null_odds)
+        self.tuned_null_threshold = float(tuned.threshold)
+        return {**tuned.evaluation, "null_score_diff_threshold": self.tuned_null_threshold}
+
+    def null_threshold_for_predictions(self, predictions):
+        """The v2 threshold of `write_predictions` (see the module doc)."""
+        if self.null_score_diff_threshold is not None:
+            return self.null_score_diff_threshold
+        if self.tuned_null_threshold is None and self.gold_dataset(engine.PREDICT):
+            self.evaluate_predictions(predictions)
+        if self.tuned_null_threshold is None:
+            logging.warning(
+                "No null threshold tuned (the predict file has no answers): using 0.0; "
+                "pass --null_score_diff_threshold tuned on dev."
+            )
+            return 0.0
+        return self.tuned_null_threshold
+
+    def write_predictions(self, predictions, output_dir):
+        threshold = None
+        if self.version_2_with_negative:
+            threshold = self.null_threshold_for_predictions(predictions)
+            logging.info("SQuAD 2.0 predictions with null_score_diff_threshold=%s.", threshold)
+        answers, nbest, null_odds = self.answers(predictions, engine.PREDICT, threshold)
+        paths = squad_postprocessing.write_predictions(output_dir, answers, nbest, null_odds)
+        return list(paths.values())
+
+    def export_saved_model(self, model, export_dir):
+        from albert.export_qa import export_question_answering
+
+        if self.version_2_with_negative:
+            raise engine.FineTuningError(
+                "--export_dir supports the SQuAD 1.1 span head only; drop "
+                "--version_2_with_negative or --export_dir."
+            )
+        if not self.tokenizer.spm_model_file:
+            raise engine.FineTuningError(
+                "--export_dir needs --spm_model_file: the SavedModel tokenizes in-graph with "
+                "SentencePiece, which a WordPiece --vocab_file cannot do."
+            )
+        return export_question_answering(
+            model,
+            self.tokenizer.spm_model_file,
+            self.tokenizer.do_lower_case,
+            export_dir,
+            max_seq_length=self.window["max_seq_length"],
+            max_query_length=self.window["max_query_length"],
+            max_answer_length=self.max_answer_length,
+        )
+
+
+def _hits(scores, positions, weights):
+    """Weighted count of rows whose argmax is the gold position."""
+    predicted = tf.argmax(scores, axis=-1, output_type=tf.int32)  # [B]
+    return tf.reduce_sum(weights * tf.cast(tf.equal(predicted, positions), tf.float32))
+
+
+# --- run_squad.py ------------------------------------------------------------------------
+
+
+def define_squad_flags(flag_values=None):
+    """Every run_squad.py flag: the fine-tuning flags plus the original's SQuAD flags."""
+    from absl import flags
+
+    from albert.tasks import flags as finetuning_flags
+
+    flag_values = flags.FLAGS if flag_values is None else flag_values
+    finetuning_flags.define_finetuning_flags(flag_values)
+    define = [
+        (flags.DEFINE_string, "train_file", None, "SQuAD JSON to train on (train-v1.1.json)."),
+        (flags.DEFINE_string, "predict_file", None,
+         "SQuAD JSON to predict and, when it has answers, evaluate (dev-v1.1.json)."),
+        (flags.DEFINE_bool, "version_2_with_negative", False,
+         "SQuAD 2.0: unanswerable questions, the v2 head and null_odds.json."),
+        (flags.DEFINE_integer, "doc_stride", 128, "Tokens between the starts of two windows."),
+        (flags.DEFINE_integer, "max_query_length", 64, "Question tokens kept (the first ones)."),
+        (flags.DEFINE_integer, "n_best_size", 20, "Answers per question in nbest_predictions."),
+        (flags.DEFINE_integer, "max_answer_length", 30, "Longest answer, in tokens."),
+        (flags.DEFINE_integer, "start_n_top", 5, "v2.0 beam: start positions tried."),
+        (flags.DEFINE_integer, "end_n_top", 5, "v2.0 beam: end positions per start."),
+        (flags.DEFINE_float, "null_score_diff_threshold", None,
+         "v2.0: predict no answer above this null score. Default: the threshold tuned on "
+         "--predict_file when it has answers, else 0."),
+    ]  # fmt: skip
+    for define_function, name, default, help_text in define:
+        define_function(name, default, help_text, flag_values=flag_values)
+
+
+def run_from_flags(flag_values):
+    """run_squad.py: flags -> strategy, task, engine. Returns the final eval metrics.
+
+    Raises:
+        FlagError, SquadDataError, TokenizerError, CheckpointError...: user errors, each one
+            sentence naming the flag or file.
+    """
+    from albert.tasks import flags as finetuning_flags
+    from albert.tasks import hyperparameters
+    from albert.training import flags as training_flags
+
+    finetuning_flags.check_finetuning_flags(flag_values)
+    if flag_values.do_train:
+        training_flags.require(flag_values, "train_file")
+    if flag_values.do_eval or flag_values.do_predict:
+        training_flags.require(flag_values, "predict_file")
+    v2 = flag_values.version_2_with_negative
+    hyperparameters.fill_from_table(flag_values, "squad2.0" if v2 else "squad1.1")
+    tokenizer = finetuning_flags.tokenizer_from_flags(flag_values)
+    config = finetuning_flags.config_from_flags(flag_values)
+    options = training_flags.run_options_from_flags(flag_values)
+    # MultiWorkerMirroredStrategy must exist before any other TensorFlow op runs.
+    strategy, _, _ = training_flags.strategy_from_flags(flag_values)
+    task = SquadTask(
+        flag_values.train_file,
+        flag_values.predict_file,
+        tokenizer,
+        config,
+        v2,
+        max_seq_length=flag_values.max_seq_length,
+        doc_stride=flag_values.doc_stride,
+        max_query_length=flag_values.max_query_length,
+        train_batch_size=flag_values.train_batch_size,
+        eval_batch_size=flag_values.eval_batch_size,
+        predict_batch_size=flag_values.predict_batch_size,
+        n_best_size=flag_values.n_best_size,
+        max_answer_length=flag_values.max_answer_length,
+        start_n_top=flag_values.start_n_top,
+        end_n_top=flag_values.end_n_top,
+        null_score_diff_threshold=flag_values.null_score_diff_threshold,
+        dropout_rate=flag_values.classifier_dropout_prob,
+        cached_dir=flag_values.cached_dir,
+    )
+    # Read (or tokenize) every file the run needs now, so a bad file fails before training.
+    if flag_values.do_train:
+        task.features(engine.TRAIN)
+    if flag_values.do_eval or flag_values.do_predict:
+        task.squad_features(engine.PREDICT)
+    return engine.run(
+        task,
+        strategy,
+        options,
+        training_flags.optimizer_fn_from_flags(flag_values),
+        do_predict=flag_values.do_predict,
+        export_dir=flag_values.export_dir,
+    )

@@ -1,0 +1,191 @@
+"""The fine-tuning engine's weight rules: --init_checkpoint from an official TF1 checkpoint,
+an HF directory, a pretraining output directory (its TF1-named model.ckpt-best or a training
+checkpoint) or a fine-tuning run (head kept when it fits), with clear errors otherwise."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import synthetic_glue as synthetic
+import tensorflow as tf
+
+from albert.checkpoints import CheckpointError, save_checkpoint
+from albert.config import AlbertConfig
+from albert.modeling import AlbertBackbone, AlbertClassifier, AlbertPretrainer
+from albert.tasks import engine
+from albert.training import checkpointing, loop
+from albert.training.optimization import create_optimizer
+from albert.training.pretraining import PretrainingTask
+
+CONFIG = AlbertConfig.from_dict(synthetic.TINY_CONFIG)
+
+
+def _randomized(model, seed):
+    rng = np.random.default_rng(seed)
+    for variable in model.weights:
+        variable.assign(rng.normal(0.0, 0.3, variable.shape).astype("float32"))
+    return model
+
+
+def _classifier(num_labels=3, config=CONFIG, seed=100):
+    return _randomized(AlbertClassifier(AlbertBackbone(config), num_labels), seed)
+
+
+def _write_training_checkpoint(model, directory, step):
+    """What the training loop writes: model, optimizer and global step, model.ckpt-<step>."""
+    global_step = tf.Variable(step, dtype=tf.int64)
+    optimizer, _ = create_optimizer("adamw", 1e-3, 10, global_step=global_step)
+    optimizer.build(model.trainable_variables)
+    saver = checkpointing.TrainingCheckpoints(
+        str(directory), str(directory), model, optimizer, global_step, max_to_keep=3
+    )
+    return saver.save(step)
+
+
+def _values(weights):
+    return [w.numpy().copy() for w in weights]
+
+
+def _assert_equal(weights, expected):
+    assert len(weights) == len(expected)
+    for weight, value in zip(weights, expected, strict=True):
+        assert np.max(np.abs(weight.numpy() - value)) == 0.0, weight.path
+
+
+def _head(model):
+    return model.classifier.weights
+
+
+@pytest.fixture(scope="module")
+def pretraining_dir(tmp_path_factory):
+    """A run_pretraining output dir: model.ckpt-7 (training format), a TF1-named
+    model.ckpt-best from other weights, the Keras export and albert_config.json."""
+    directory = tmp_path_factory.mktemp("pretraining")
+    latest = _randomized(AlbertPretrainer(CONFIG), seed=1)
+    path = _write_training_checkpoint(latest, directory, 7)
+    best = _randomized(AlbertPretrainer(CONFIG), seed=2)
+    task = PretrainingTask.__new__(PretrainingTask)
+    task.save_best(best, path, os.path.join(directory, checkpointing.BEST_PREFIX))
+    save_checkpoint(latest, str(directory), "keras")
+    return directory, latest, best
+
+
+def test_tf1_checkpoint_loads_the_encoder_and_leaves_the_head(tmp_path):
+    source = _randomized(AlbertPretrainer(CONFIG), seed=3)
+    prefix = save_checkpoint(source, str(tmp_path), "tf1")
+    model = _classifier()
+    head = _values(_head(model))
+    assert engine.load_finetuning_weights(model, prefix) is False
+    _assert_equal(model.backbone.weights, _values(source.backbone.weights))
+    _assert_equal(_head(model), head)
+
+
+def test_hf_directory_loads_the_encoder(tmp_path):
+    source = _randomized(AlbertPretrainer(CONFIG), seed=4)
+    save_checkpoint(source, str(tmp_path / "hf"), "hf")
+    model = _classifier(num_labels=1)
+    assert engine.load_finetuning_weights(model, str(tmp_path / "hf")) is False
+    _assert_equal(model.backbone.weights, _values(source.backbone.weights))
+
+
+def test_pretraining_directory_means_its_best_checkpoint(pretraining_dir):
+    directory, latest, best = pretraining_dir
+    model = _classifier()
+    engine.load_finetuning_weights(model, str(directory))
+    _assert_equal(model.backbone.weights, _values(best.backbone.weights))
+    # A training checkpoint of the pretrainer gives its encoder only.
+    model = _classifier()
+    head = _values(_head(model))
+    assert engine.load_finetuning_weights(model, str(directory / "model.ckpt-7")) is False
+    _assert_equal(model.backbone.weights, _values(latest.backbone.weights))
+    _assert_equal(_head(model), head)
+
+
+def test_fine_tuned_run_keeps_its_head_when_the_shape_fits(tmp_path):
+    mnli = _classifier(num_labels=3, seed=5)
+    _write_training_checkpoint(mnli, tmp_path, 30)
+    ax = _classifier(num_labels=3)
+    assert engine.load_finetuning_weights(ax, str(tmp_path), require_head=True) is True
+    _assert_equal(ax.weights, _values(mnli.weights))
+    # MNLI -> RTE (2 labels): the encoder transfers, the head starts afresh.
+    rte = _classifier(num_labels=2)
+    head = _values(_head(rte))
+    assert engine.load_finetuning_weights(rte, str(tmp_path)) is False
+    _assert_equal(rte.backbone.weights, _values(mnli.backbone.weights))
+    _assert_equal(_head(rte), head)
+    with pytest.raises(engine.FineTuningError, match="holds no AlbertClassifier head"):
+        engine.load_finetuning_weights(rte, str(tmp_path), require_head=True)
+
+
+def test_pretrained_weights_cannot_predict_without_training(pretraining_dir):
+    directory, _, _ = pretraining_dir
+    with pytest.raises(engine.FineTuningError, match="fine-tune first"):
+        engine.load_finetuning_weights(_classifier(), str(directory), require_head=True)
+
+
+def test_mismatched_config_is_a_clear_error(pretraining_dir, tmp_path):
+    directory, _, _ = pretraining_dir
+    other = CONFIG.replace(hidden_size=48, intermediate_size=40)
+    with pytest.raises(CheckpointError, match="hidden_size=48 vs 32"):
+        engine.load_finetuning_weights(_classifier(config=other), str(directory))
+    with pytest.raises(checkpointing.CheckpointError, match="does not fit this model"):
+        engine.load_finetuning_weights(_classifier(config=other), str(directory / "model.ckpt-7"))
+    with pytest.raises(CheckpointError, match="No checkpoint found"):
+        engine.load_finetuning_weights(_classifier(), str(tmp_path / "missing"))
+
+
+def test_final_weights_prefer_the_best_checkpoint(tmp_path):
+    options = loop.RunOptions(output_dir=str(tmp_path), num_train_steps=1, train_batch_size=1)
+    with pytest.raises(engine.FineTuningError, match="holds no checkpoint"):
+        engine.load_final_weights(_classifier(), options)
+    last = _classifier(seed=6)
+    _write_training_checkpoint(_classifier(seed=7), tmp_path, 10)
+    path = _write_training_checkpoint(last, tmp_path, 20)
+    model = _classifier()
+    assert engine.load_final_weights(model, options) == (path, 20)
+    _assert_equal(model.weights, _values(last.weights))
+    best = os.path.join(tmp_path, checkpointing.BEST_PREFIX)
+    checkpointing.copy_checkpoint(os.path.join(tmp_path, "model.ckpt-10"), best)
+    model = _classifier()
+    assert engine.load_final_weights(model, options) == (best, 10)
+    _assert_equal(model.weights, _values(_classifier(seed=7).weights))
+
+
+# The engine under MirroredStrategy over 2 logical CPUs (set before TensorFlow starts).
+_MIRRORED_SCRIPT = """
+import json, sys
+import tensorflow as tf
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+import synthetic_glue
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+metrics, probabilities = synthetic_glue.brief_engine_run(strategy, sys.argv[1], sys.argv[2])
+print(json.dumps({"metrics": metrics, "probabilities": probabilities.tolist()}))
+"""
+
+
+def test_two_replicas_give_the_one_device_result(tmp_path):
+    """The same global batches, so the same training, dev metrics and test predictions as
+    one device: per-replica batching, padding and the order of gathered rows are right."""
+    data_dir = synthetic.write_sst2(tmp_path / "glue", num_train=48, num_dev=29, num_test=11)
+    here = Path(__file__).resolve().parent
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join([str(here.parents[1]), str(here)]))  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", _MIRRORED_SCRIPT, data_dir, str(tmp_path / "mirrored")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    mirrored = json.loads(run.stdout.strip().splitlines()[-1])
+    metrics, expected = synthetic.brief_engine_run(
+        tf.distribute.get_strategy(), data_dir, tmp_path / "default"
+    )
+    assert mirrored["metrics"]["global_step"] == metrics["global_step"]  # the best, 3 or 6
+    for key in ("accuracy", "loss"):
+        assert abs(mirrored["metrics"][key] - metrics[key]) < 1e-5, key
+    assert expected.shape == (11, 2)
+    assert np.max(np.abs(np.array(mirrored["probabilities"]) - expected)) < 1e-5

@@ -1,0 +1,87 @@
+"""run_race.py end to end on a learnable synthetic RACE set (the right option is the one
+word of a small set, and it appears in the article; the three others are filler words), with per-level accuracy, the prediction
+files and one-line user errors."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import synthetic_glue as synthetic
+from absl import flags
+
+from albert.data import race as race_data
+from albert.tasks import race
+from albert.training.checkpointing import read_key_values
+
+# Single pieces of the tiny SentencePiece model, never among the filler words.
+OPTIONS = ("anarchism", "capitalism", "tactics", "autonomy", "workers", "authority", "marx",
+           "human")  # fmt: skip
+
+
+def write_race(directory, counts, seed):
+    """RACE/{split}/{middle,high}/*.txt with one question per article; returns directory."""
+    rng = np.random.default_rng(seed)
+    for split, count in counts.items():
+        for level in race_data.LEVELS:
+            folder = Path(directory) / "RACE" / split / level
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                options = [str(o) for o in rng.choice(synthetic.WORDS, size=4, replace=False)]
+                label = int(rng.integers(0, 4))
+                options[label] = str(rng.choice(OPTIONS))
+                words = list(rng.choice(synthetic.WORDS, size=int(rng.integers(5, 20))))
+                words.insert(int(rng.integers(0, len(words) + 1)), options[label])
+                article = {"id": f"{level}{i}.txt", "article": " ".join(words),
+                           "questions": ["which word is in the text"], "options": [options],
+                           "answers": ["ABCD"[label]]}  # fmt: skip
+                (folder / f"{level}{i}.txt").write_text(json.dumps(article), encoding="utf-8")
+    return str(directory)
+
+
+def run_race(*args):
+    """run_race.py in this process (private FlagValues); returns (metrics, flag values)."""
+    flag_values = flags.FlagValues()
+    race.define_race_flags(flag_values)
+    flag_values(["run_race.py", f"--spm_model_file={synthetic.SPM_MODEL}", *args])
+    return race.run_from_flags(flag_values), flag_values
+
+
+def test_synthetic_race_is_learned(tmp_path):
+    data_dir = write_race(tmp_path / "data", {"train": 150, "dev": 30, "test": 11}, seed=0)
+    config = synthetic.write_config(tmp_path / "config.json")
+    output_dir = tmp_path / "out"
+    metrics, _ = run_race(
+        f"--data_dir={data_dir}", f"--albert_config_file={config}", f"--output_dir={output_dir}",
+        "--max_seq_length=32", "--max_qa_length=10", "--train_batch_size=16",
+        "--eval_batch_size=9", "--predict_batch_size=5", "--learning_rate=1e-3",
+        "--warmup_step=20", "--albert_dropout_prob=0", "--classifier_dropout_prob=0",
+        "--train_step=200", "--save_checkpoints_steps=200", "--iterations_per_loop=50",
+        "--do_train", "--do_eval", "--do_predict",
+    )  # fmt: skip
+    assert metrics["accuracy"] > 0.8, metrics  # chance is 0.25
+    assert metrics["middle_num_examples"] == metrics["high_num_examples"] == 30
+    results = read_key_values(output_dir / "eval_results.txt")
+    for key in ("accuracy", "middle_accuracy", "high_accuracy", "global_step"):
+        assert key in results, key
+    assert float(results["accuracy"]) == pytest.approx(metrics["accuracy"])
+    predictions = json.loads((output_dir / "predictions.json").read_text())
+    test = race_data.read_race_examples(data_dir, "test")
+    assert list(predictions) == [e.example_id for e in test]
+    assert set(predictions.values()) <= set("ABCD")
+    test_results = read_key_values(output_dir / "test_results.txt")
+    correct = sum(predictions[e.example_id] == "ABCD"[e.label] for e in test)
+    assert float(test_results["accuracy"]) == pytest.approx(correct / len(test))
+
+
+def test_one_level_and_user_errors(tmp_path):
+    data_dir = write_race(tmp_path / "data", {"dev": 4}, seed=1)
+    config = synthetic.write_config(tmp_path / "config.json")
+    common = [f"--data_dir={data_dir}", f"--albert_config_file={config}",
+              f"--output_dir={tmp_path / 'out'}", "--max_seq_length=32"]  # fmt: skip
+    task = race.RaceTask(data_dir, None, None, 32, 10, 4, 4, 4, high_only=True)
+    assert task.levels == ("high",)
+    with pytest.raises(race_data.RaceDataError, match="at most one"):
+        run_race(*common, "--high_only", "--middle_only", "--do_eval")
+    with pytest.raises(race_data.RaceDataError, match="train"):
+        run_race(*common, "--do_train", "--train_step=1")

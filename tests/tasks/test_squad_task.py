@@ -1,0 +1,175 @@
+"""run_squad.py end to end: a learnable synthetic SQuAD 1.1 set (the answer is the one
+word from a set of six among filler words), the real dev-v2.0.json sample (formats and the null threshold),
+the v1/v2 losses against numpy, and the QA SavedModel reloaded in a fresh process."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import synthetic_glue as synthetic
+import tensorflow as tf
+from absl import flags
+
+from albert.tasks import engine, squad
+from albert.training.checkpointing import read_key_values
+
+SHARED_SQUAD = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "squad"
+# Single pieces of the tiny SentencePiece model, never among the filler words.
+ANSWERS = ("anarchism", "capitalism", "tactics", "autonomy", "workers", "authority")
+
+
+def write_marker_squad(path, num_questions, seed):
+    """SQuAD 1.1 JSON whose answer is the one word of ANSWERS in a context of filler words."""
+    rng = np.random.default_rng(seed)
+    paragraphs = []
+    for i in range(num_questions):
+        words = list(rng.choice(synthetic.WORDS, size=int(rng.integers(6, 40))))
+        position = int(rng.integers(0, len(words) + 1))
+        answer = str(rng.choice(ANSWERS))
+        words.insert(position, answer)
+        context = " ".join(words)
+        answer_start = len(" ".join(words[:position])) + (1 if position else 0)
+        assert context[answer_start : answer_start + len(answer)] == answer
+        qa = {"id": f"q{i}", "question": "which word is the odd one",
+              "answers": [{"text": answer, "answer_start": answer_start}]}  # fmt: skip
+        paragraphs.append({"context": context, "qas": [qa]})
+    data = {"version": "1.1", "data": [{"title": "odd word", "paragraphs": paragraphs}]}
+    Path(path).write_text(json.dumps(data), encoding="utf-8")
+    return str(path)
+
+
+def run_squad(*args):
+    """run_squad.py in this process (private FlagValues); returns (metrics, flag values)."""
+    flag_values = flags.FlagValues()
+    squad.define_squad_flags(flag_values)
+    flag_values(["run_squad.py", f"--spm_model_file={synthetic.SPM_MODEL}", *args])
+    return squad.run_from_flags(flag_values), flag_values
+
+
+def tiny_flags(config, output_dir, train_file, predict_file):
+    return [
+        f"--albert_config_file={config}", f"--output_dir={output_dir}",
+        f"--train_file={train_file}", f"--predict_file={predict_file}",
+        "--max_seq_length=64", "--doc_stride=32", "--max_query_length=16",
+        "--train_batch_size=16", "--eval_batch_size=9", "--predict_batch_size=7",
+        "--learning_rate=2e-3", "--warmup_step=20", "--albert_dropout_prob=0",
+        "--iterations_per_loop=50", "--max_answer_length=5",
+    ]  # fmt: skip
+
+
+def test_synthetic_squad_is_learned_and_exported(tmp_path):
+    train = write_marker_squad(tmp_path / "train.json", 400, seed=0)
+    dev = write_marker_squad(tmp_path / "dev.json", 60, seed=1)
+    config = synthetic.write_config(tmp_path / "config.json")
+    output_dir, export_dir = tmp_path / "out", tmp_path / "export"
+    metrics, _ = run_squad(
+        *tiny_flags(config, output_dir, train, dev), "--train_step=150",
+        "--save_checkpoints_steps=150", f"--export_dir={export_dir}",
+        "--do_train", "--do_eval", "--do_predict",
+    )  # fmt: skip
+    assert metrics["f1"] > 80.0 and metrics["exact_match"] > 70.0, metrics
+    results = read_key_values(output_dir / "eval_results.txt")
+    assert float(results["f1"]) == pytest.approx(metrics["f1"])
+    predictions = json.loads((output_dir / "predictions.json").read_text())
+    assert list(predictions) == [f"q{i}" for i in range(60)]
+    assert not (output_dir / "null_odds.json").exists()
+    # The SavedModel, in a process that imports tensorflow_text but not albert.
+    gold = json.loads(Path(dev).read_text())["data"][0]["paragraphs"][:8]
+    questions = [p["qas"][0]["question"] for p in gold]
+    contexts = [p["context"] for p in gold]
+    script = textwrap.dedent(f"""
+        import json, sys
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401
+        assert "albert" not in sys.modules
+        serve = tf.saved_model.load({str(export_dir)!r}).signatures["serving_default"]
+        out = serve(question=tf.constant({questions!r}), context=tf.constant({contexts!r}))
+        print(json.dumps([a.decode() for a in out["answer"].numpy()]))
+    """)
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                               cwd=tmp_path, check=True)  # fmt: skip
+    served = json.loads(completed.stdout.strip().splitlines()[-1])
+    expected = [p["qas"][0]["answers"][0]["text"] for p in gold]
+    # The answers are lower-case single pieces, so the detokenized span is the answer text.
+    assert served == expected == [predictions[f"q{i}"] for i in range(8)]
+
+
+@pytest.mark.skipif(not (SHARED_SQUAD / "dev-v2.0.json").exists(), reason="no shared SQuAD data")
+def test_squad_v2_on_the_dev_sample(tmp_path):
+    dev = str(SHARED_SQUAD / "dev-v2.0.json")
+    config = synthetic.write_config(tmp_path / "config.json")
+    output_dir = tmp_path / "out"
+    metrics, _ = run_squad(
+        *tiny_flags(config, output_dir, dev, dev), "--version_2_with_negative",
+        "--train_step=4", "--save_checkpoints_steps=4", "--iterations_per_loop=2",
+        "--do_train", "--do_eval", "--do_predict",
+    )  # fmt: skip
+    gold = json.loads(Path(dev).read_text())["data"]
+    qids = [qa["id"] for a in gold for p in a["paragraphs"] for qa in p["qas"]]
+    predictions = json.loads((output_dir / "predictions.json").read_text())
+    null_odds = json.loads((output_dir / "null_odds.json").read_text())
+    nbest = json.loads((output_dir / "nbest_predictions.json").read_text())
+    assert list(predictions) == qids and list(null_odds) == qids and list(nbest) == qids
+    assert all(isinstance(v, float) for v in null_odds.values())
+    assert all({"text", "probability", "start_log_prob", "end_log_prob"} <= set(n[0])
+               for n in nbest.values())  # fmt: skip
+    results = read_key_values(output_dir / "eval_results.txt")
+    for key in ("exact", "f1", "total", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1",
+                "best_exact", "best_f1", "best_f1_thresh", "null_score_diff_threshold",
+                "global_step"):  # fmt: skip
+        assert key in results, key
+    assert int(results["total"]) == len(qids) and int(results["global_step"]) == 4
+    # The tuned threshold is applied: F1 at it is the best F1, and predictions.json agrees.
+    assert metrics["f1"] == pytest.approx(metrics["best_f1"])
+    threshold = metrics["null_score_diff_threshold"]
+    assert all((predictions[q] == "") or null_odds[q] <= threshold for q in qids)
+
+
+def _task(version_2):
+    from albert.config import AlbertConfig
+
+    config = AlbertConfig.from_dict(synthetic.TINY_CONFIG)
+    return squad.SquadTask(None, None, None, config, version_2)
+
+
+def test_losses_match_numpy():
+    rng = np.random.default_rng(3)
+    batch, length = 3, 7
+    starts, ends = np.array([0, 2, 5]), np.array([0, 4, 6])
+    features = {
+        "start_positions": starts,
+        "end_positions": ends,
+        "is_impossible": np.array([1, 0, 0]),
+        "is_real_example": np.array([1, 1, 0]),
+    }
+    normalizers = {"examples": tf.constant(2.0)}
+    logits = rng.normal(size=(2, batch, length)).astype("float32")
+
+    def log_softmax(x):
+        return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+    rows = np.arange(batch)
+    loss, _ = _task(False).loss({"start_logits": logits[0], "end_logits": logits[1]},
+                                features, normalizers)  # fmt: skip
+    per_row = -(log_softmax(logits[0])[rows, starts] + log_softmax(logits[1])[rows, ends]) / 2
+    assert abs(float(loss) - per_row[:2].sum() / 2) < 1e-5
+    cls = rng.normal(size=batch).astype("float32")
+    outputs = {"start_log_probs": log_softmax(logits[0]), "end_log_probs": log_softmax(logits[1]),
+               "cls_logits": cls}  # fmt: skip
+    loss, _ = _task(True).loss(outputs, features, normalizers)
+    labels = features["is_impossible"]
+    sigmoid_ce = np.maximum(cls, 0) - cls * labels + np.log1p(np.exp(-np.abs(cls)))
+    per_row = per_row + 0.5 * sigmoid_ce
+    assert abs(float(loss) - per_row[:2].sum() / 2) < 1e-5
+
+
+def test_missing_predict_file_is_one_clear_error(tmp_path):
+    config = synthetic.write_config(tmp_path / "config.json")
+    with pytest.raises(ValueError, match="predict_file"):
+        run_squad(f"--albert_config_file={config}", f"--output_dir={tmp_path}", "--do_eval")
+    with pytest.raises(engine.FineTuningError, match="v2 head|1.1 span head"):
+        _task(True).export_saved_model(None, str(tmp_path / "x"))

@@ -1,0 +1,102 @@
+"""SavedModels taking raw strings: reloaded in a fresh process that imports only TensorFlow
+and tensorflow-text, they give the Keras model's outputs on the same text."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from albert.config import AlbertConfig
+from albert.data import glue
+from albert.export import export_classifier
+from albert.modeling import AlbertBackbone, AlbertClassifier
+from albert.tokenization import FullTokenizer
+
+TESTS = Path(__file__).resolve().parent
+SPM_MODEL = str(TESTS / "fixtures" / "tokenizer" / "tiny.model")
+MAX_SEQ_LENGTH = 13
+CONFIG = AlbertConfig(vocab_size=1000, embedding_size=10, hidden_size=18, num_hidden_layers=3,
+                      num_attention_heads=3, intermediate_size=22, max_position_embeddings=20)  # fmt: skip
+# Cased, accented, long (cut to MAX_SEQ_LENGTH by the original's rule) and short texts.
+SENTENCES_A = ["The River flows to the SEA.", "Café crème, naïve pâté", "people came " * 9, "gold"]
+SENTENCES_B = ["world   time", "The society of schools, 1,000 miles", "free", "love " * 12]
+
+# Loads both SavedModels with nothing of this project imported, prints outputs as JSON.
+_LOAD_SCRIPT = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+pair_dir, single_dir, a, b = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+pair = tf.saved_model.load(pair_dir).signatures["serving_default"]
+single = tf.saved_model.load(single_dir).signatures["serving_default"]
+pair_out = pair(sentence_a=tf.constant(a), sentence_b=tf.constant(b))
+single_out = single(sentence_a=tf.constant(a))
+print(json.dumps({
+    "pair_inputs": sorted(pair.structured_input_signature[1]),
+    "single_inputs": sorted(single.structured_input_signature[1]),
+    "probabilities": pair_out["probabilities"].numpy().tolist(),
+    "label": [s.decode() for s in pair_out["label"].numpy()],
+    "score": single_out["score"].numpy().tolist(),
+    "albert_imported": any(m == "albert" or m.startswith("albert.") for m in sys.modules),
+}))
+"""
+
+
+def _model(num_labels, seed):
+    model = AlbertClassifier(AlbertBackbone(CONFIG), num_labels)
+    rng = np.random.default_rng(seed)
+    for variable in model.weights:
+        # Large weights so that the outputs differ between texts; LayerNorm kept at 1 and 0.
+        if "LayerNorm" not in variable.path:
+            variable.assign(rng.normal(0.0, 0.5, variable.shape).astype("float32"))
+    return model
+
+
+def _keras_logits(model, task_name, sentences_a, sentences_b=None):
+    tokenizer = FullTokenizer(spm_model_file=SPM_MODEL, do_lower_case=True)
+    examples = [
+        glue.InputExample(str(i), a, sentences_b[i] if sentences_b else None)
+        for i, a in enumerate(sentences_a)
+    ]
+    features = glue.convert_examples_to_features(examples, task_name, MAX_SEQ_LENGTH, tokenizer)
+    inputs = {
+        name: np.array([f[name] for f in features], np.int32)
+        for name in ("input_ids", "input_mask", "segment_ids")
+    }
+    return np.asarray(model(inputs)["logits"], np.float64)
+
+
+def test_exported_models_match_keras_in_a_fresh_process(tmp_path):
+    pair_model, single_model = _model(3, seed=1), _model(1, seed=2)
+    export_classifier(pair_model, SPM_MODEL, True, MAX_SEQ_LENGTH, glue.MNLI_LABELS,
+                      str(tmp_path / "pair"))  # fmt: skip
+    export_classifier(single_model, SPM_MODEL, True, MAX_SEQ_LENGTH, (), str(tmp_path / "single"),
+                      sentence_pair=False)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", _LOAD_SCRIPT, str(tmp_path / "pair"), str(tmp_path / "single"),
+         json.dumps(SENTENCES_A), json.dumps(SENTENCES_B)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": ""},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert not out["albert_imported"]
+    assert out["pair_inputs"] == ["sentence_a", "sentence_b"]
+    assert out["single_inputs"] == ["sentence_a"]
+
+    logits = _keras_logits(pair_model, "mnli", SENTENCES_A, SENTENCES_B)  # [4, 3]
+    probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    assert np.max(np.abs(np.array(out["probabilities"]) - probabilities)) < 1e-5
+    assert out["label"] == [glue.MNLI_LABELS[i] for i in logits.argmax(axis=1)]
+    scores = _keras_logits(single_model, "sts-b", SENTENCES_A)[:, 0]
+    assert np.max(np.abs(np.array(out["score"]) - scores)) < 1e-5
+    # The texts differ, so equal outputs would mean the inputs were ignored.
+    assert np.ptp(scores) > 0.1 and np.ptp(probabilities) > 0.1
+
+
+def test_labels_must_match_the_model(tmp_path):
+    with pytest.raises(ValueError, match="2 labels for a model with 3 outputs"):
+        export_classifier(_model(3, seed=0), SPM_MODEL, True, 8, ("0", "1"), str(tmp_path))
