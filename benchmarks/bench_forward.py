@@ -89,6 +89,7 @@ def main():
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=7)
+    parser.add_argument("--row_timeout", type=int, default=600, help="Seconds per row.")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one row
     parser.add_argument("--precision", default="float32", help=argparse.SUPPRESS)
     parser.add_argument("--jit", action="store_true", help=argparse.SUPPRESS)
@@ -107,7 +108,11 @@ def main():
         command = [sys.executable, __file__, f"--one={which}", f"--precision={precision}"]
         command += [f"--config={args.config}", f"--seq={args.seq}", f"--batch={args.batch}"]
         command += [f"--steps={args.steps}"] + (["--jit"] if jit else [])
-        done = subprocess.run(command, capture_output=True, text=True)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=args.row_timeout)
+        except subprocess.TimeoutExpired:
+            print(f"{label:38s} {precision:10s} {'timeout':>8s}  (> {args.row_timeout} s)")
+            continue
         if done.returncode != 0:
             reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
             print(f"{label:38s} {precision:10s} {'skipped':>8s}  ({reason[:60]})")

@@ -93,7 +93,7 @@ def test_summary_counts_and_progress(tmp_path, corpus_dir, spm_model, caplog):
     (extra / "one_line.txt").write_text(" ".join(SENTENCES) * 80)  # 150 kB, no newline.
     config = _config(corpus_dir, spm_model, tmp_path / "out", progress_seconds=0.0)
     config = dataclasses.replace(config, input_file=config.input_file + f",{extra}/*")
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger="absl"):
         summary = create_pretraining_data(config)
     corpus = summary.corpus
     assert corpus.files == 6 and corpus.empty_files == 1 and corpus.invalid_utf8_lines == 1

@@ -1,0 +1,239 @@
+"""Pretraining-step throughput (MLM + SOP, forward + backward + update) beside peers.
+
+    python benchmarks/bench_training.py [--config=configs/albert_base_v2.json] [--seq=128]
+        [--batch=8] [--steps=5] [--rows=ours,hf,keras_hub]
+
+Rows, each in its own subprocess, one after the other, median seconds of `--steps` timed
+steps after warm-up:
+- ours: `albert.training.steps.Trainer` (the engine run_pretraining.py uses: LAMB, global-norm
+  clipping, MLM gathered at 20 positions + SOP), one step per host call, XLA on.
+- hf: transformers `AlbertForPreTraining` (PyTorch), AdamW, fp32 or bf16 autocast.
+- keras_hub: keras-hub `AlbertMaskedLM` (MLM only, no SOP head), Adam, `train_on_batch`,
+  fp32 with XLA, bf16 without (as its docs recommend on CPU).
+Peak resident memory of each subprocess is reported beside its throughput. Rows whose
+packages are missing are skipped.
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PREDICTIONS = 20
+
+
+def median_step_seconds(step, steps, warmup=2):
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def synthetic_batch(np, config, batch, seq):
+    rng = np.random.RandomState(0)
+    positions = np.sort(rng.choice(np.arange(1, seq - 1), (batch, PREDICTIONS)), axis=1)
+    return {
+        "input_ids": rng.randint(5, config["vocab_size"], (batch, seq)).astype("int32"),
+        "input_mask": np.ones((batch, seq), "int32"),
+        "segment_ids": (np.arange(seq)[None, :] >= seq // 2).repeat(batch, 0).astype("int32"),
+        "masked_lm_positions": positions.astype("int32"),
+        "masked_lm_ids": rng.randint(5, config["vocab_size"], (batch, PREDICTIONS)).astype("int32"),
+        "masked_lm_weights": np.ones((batch, PREDICTIONS), "float32"),
+        "next_sentence_labels": rng.randint(0, 2, (batch, 1)).astype("int32"),
+    }
+
+
+def run_ours(args, config_values):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    sys.path.insert(0, ROOT)
+    from albert.config import AlbertConfig
+    from albert.data import records
+    from albert.training.inputs import DistributedInput
+    from albert.training.optimization import create_optimizer
+    from albert.training.pretraining import PretrainingTask
+    from albert.training.steps import Trainer
+
+    if args.precision == "bfloat16":
+        keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
+    batch = synthetic_batch(np, config_values, args.batch, args.seq)
+    path = os.path.join(tempfile.mkdtemp(), "train.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for i in range(args.batch):
+            length = args.seq
+            writer.write(
+                records.serialize_instance(
+                    batch["input_ids"][i],
+                    batch["segment_ids"][i],
+                    [1] * length,
+                    batch["masked_lm_positions"][i],
+                    batch["masked_lm_ids"][i],
+                    int(batch["next_sentence_labels"][i, 0]),
+                    args.seq,
+                    PREDICTIONS,
+                )
+            )
+    strategy = tf.distribute.get_strategy()
+    task = PretrainingTask(
+        AlbertConfig.from_dict(config_values), path, args.batch, args.batch, args.seq, PREDICTIONS
+    )
+    model = task.create_model()
+    global_step = tf.Variable(0, dtype=tf.int64, trainable=False)
+    optimizer, _ = create_optimizer(
+        "lamb", 1e-4, 1000, 10, global_step=global_step, aggregate_gradients=False
+    )
+    optimizer.build(model.trainable_variables)
+    trainer = Trainer(strategy, task, model, optimizer, global_step, jit_compile=True)
+    data = DistributedInput(strategy, lambda ctx: task.train_dataset(ctx, 0), checkpointable=False)
+    return median_step_seconds(lambda: trainer.train(data, 1), args.steps)
+
+
+def run_hf(args, config_values):
+    import torch
+    import transformers
+
+    torch.set_num_threads(os.cpu_count())
+    values = dict(config_values, hidden_act="gelu_new")  # the original's "gelu"
+    model = transformers.AlbertForPreTraining(transformers.AlbertConfig(**values)).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    import numpy as np
+
+    batch = synthetic_batch(np, config_values, args.batch, args.seq)
+    ids = torch.tensor(batch["input_ids"], dtype=torch.long)
+    labels = torch.full_like(ids, -100)
+    rows = np.arange(args.batch)[:, None]
+    labels[rows, batch["masked_lm_positions"]] = torch.tensor(
+        batch["masked_lm_ids"], dtype=torch.long
+    )
+    inputs = {
+        "input_ids": ids,
+        "attention_mask": torch.tensor(batch["input_mask"], dtype=torch.long),
+        "token_type_ids": torch.tensor(batch["segment_ids"], dtype=torch.long),
+        "labels": labels,
+        "sentence_order_label": torch.tensor(batch["next_sentence_labels"][:, 0], dtype=torch.long),
+    }
+
+    def step():
+        optimizer.zero_grad()
+        with torch.autocast("cpu", torch.bfloat16, args.precision == "bfloat16"):
+            loss = model(**inputs).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    return median_step_seconds(step, args.steps)
+
+
+def run_keras_hub(args, config_values):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import keras
+    import keras_hub
+    import numpy as np
+
+    if args.precision == "bfloat16":
+        keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
+    c = config_values
+    backbone = keras_hub.models.AlbertBackbone(
+        vocabulary_size=c["vocab_size"],
+        num_layers=c["num_hidden_layers"],
+        num_heads=c["num_attention_heads"],
+        num_groups=c["num_hidden_groups"],
+        num_inner_repetitions=c["inner_group_num"],
+        embedding_dim=c["embedding_size"],
+        hidden_dim=c["hidden_size"],
+        intermediate_dim=c["intermediate_size"],
+        dropout=c["hidden_dropout_prob"],
+        max_sequence_length=c["max_position_embeddings"],
+    )
+    model = keras_hub.models.AlbertMaskedLM(backbone, preprocessor=None)
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-4, global_clipnorm=1.0),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        weighted_metrics=[],
+        jit_compile=args.precision != "bfloat16",
+    )
+    batch = synthetic_batch(np, config_values, args.batch, args.seq)
+    x = {
+        "token_ids": batch["input_ids"],
+        "padding_mask": batch["input_mask"].astype(bool),
+        "segment_ids": batch["segment_ids"],
+        "mask_positions": batch["masked_lm_positions"],
+    }
+    y, weights = batch["masked_lm_ids"], batch["masked_lm_weights"]
+    return median_step_seconds(lambda: model.train_on_batch(x, y, weights), args.steps)
+
+
+ROWS = {
+    "ours": [("ours (Trainer, LAMB, XLA)", "float32"), ("ours (Trainer, LAMB, XLA)", "bfloat16")],
+    "hf": [("HF transformers (PyTorch)", "float32"), ("HF transformers (autocast)", "bfloat16")],
+    "keras_hub": [("keras-hub AlbertMaskedLM (XLA)", "float32"), ("keras-hub", "bfloat16")],
+}
+RUNNERS = {"ours": run_ours, "hf": run_hf, "keras_hub": run_keras_hub}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=os.path.join(ROOT, "configs/albert_base_v2.json"))
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--rows", default="ours,hf,keras_hub")
+    parser.add_argument("--row_timeout", type=int, default=600, help="Seconds per row.")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--precision", default="float32", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    with open(args.config) as f:
+        config_values = json.load(f)
+
+    if args.one:
+        seconds = RUNNERS[args.one](args, config_values)
+        peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps({"seconds": seconds, "peak_mib": peak_mib}))
+        return
+
+    print(f"Training step, {os.path.basename(args.config)}, global batch {args.batch}, ")
+    print(f"seq {args.seq}, {os.cpu_count()} cores, median of {args.steps} steps\n")
+    print(f"{'implementation':34s} {'precision':10s} {'seq/s':>7s} {'peak RSS':>10s}")
+    results = {}
+    for which in args.rows.split(","):
+        for label, precision in ROWS[which]:
+            command = [sys.executable, __file__, f"--one={which}", f"--precision={precision}"]
+            command += [f"--config={args.config}", f"--seq={args.seq}"]
+            command += [f"--batch={args.batch}", f"--steps={args.steps}"]
+            try:
+                done = subprocess.run(
+                    command, capture_output=True, text=True, timeout=args.row_timeout
+                )
+            except subprocess.TimeoutExpired:
+                print(f"{label:34s} {precision:10s} {'timeout':>7s}  (> {args.row_timeout} s)")
+                continue
+            if done.returncode != 0:
+                lines = done.stderr.strip().splitlines() or ["failed"]
+                print(f"{label:34s} {precision:10s} {'skipped':>7s}  ({lines[-1][:70]})")
+                continue
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            rate = args.batch / row["seconds"]
+            results[(which, precision)] = rate
+            print(f"{label:34s} {precision:10s} {rate:7.2f} {row['peak_mib']:7.0f} MiB")
+    print()
+    ours = max((v for (w, _), v in results.items() if w == "ours"), default=None)
+    peers = {k: v for k, v in results.items() if k[0] != "ours"}
+    if ours and peers:
+        best_key = max(peers, key=peers.get)
+        print(f"best ours / best peer ({best_key[0]} {best_key[1]}): {ours / peers[best_key]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
