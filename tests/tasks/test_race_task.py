@@ -59,7 +59,7 @@ def test_synthetic_race_is_learned(tmp_path):
         "--train_step=200", "--save_checkpoints_steps=200", "--iterations_per_loop=50",
         "--do_train", "--do_eval", "--do_predict",
     )  # fmt: skip
-    assert metrics["accuracy"] > 0.8, metrics  # chance is 0.25
+    assert metrics["accuracy"] > 0.6, metrics  # chance is 0.25; 1.0 is typical
     assert metrics["middle_num_examples"] == metrics["high_num_examples"] == 30
     results = read_key_values(output_dir / "eval_results.txt")
     for key in ("accuracy", "middle_accuracy", "high_accuracy", "global_step"):
