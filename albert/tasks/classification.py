@@ -212,18 +212,4 @@ def run_from_flags(flag_values):
         classifier_dropout_prob=flag_values.classifier_dropout_prob,
         cached_dir=flag_values.cached_dir,
     )
-    # Read (or tokenize) every split the run needs now, so that a missing file is reported
-    # before any training.
-    roles = [(engine.TRAIN, flag_values.do_train), (engine.EVAL, flag_values.do_eval),
-             (engine.PREDICT, flag_values.do_predict)]  # fmt: skip
-    for role, wanted in roles:
-        if wanted:
-            task.features(role)
-    return engine.run(
-        task,
-        strategy,
-        options,
-        training_flags.optimizer_fn_from_flags(flag_values),
-        do_predict=flag_values.do_predict,
-        export_dir=flag_values.export_dir,
-    )
+    return engine.run_with_flags(task, strategy, options, flag_values)

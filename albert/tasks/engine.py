@@ -135,6 +135,12 @@ class FineTuningTask(TrainingTask):
             self._features[role] = self.load_features(role)
         return self._features[role]
 
+    def read_features(self, train, evaluate, predict):
+        """Reads (or tokenizes) every split a run needs, so a bad file fails before training."""
+        for role, wanted in ((TRAIN, train), (EVAL, evaluate), (PREDICT, predict)):
+            if wanted:
+                self.features(role)
+
     def train_dataset(self, input_context, seed):
         dataset, count = self.features(TRAIN)
         dataset = _shard(dataset, input_context)
@@ -310,6 +316,22 @@ def load_final_weights(model, options):
 
 
 # --- The run -----------------------------------------------------------------------------
+
+
+def run_with_flags(task, strategy, options, flag_values):
+    """`run` as the fine-tuning scripts call it: the splits the flags ask for are read first,
+    then the optimizer, predict and export settings come from the shared flags."""
+    from albert.training import flags as training_flags
+
+    task.read_features(flag_values.do_train, flag_values.do_eval, flag_values.do_predict)
+    return run(
+        task,
+        strategy,
+        options,
+        training_flags.optimizer_fn_from_flags(flag_values),
+        do_predict=flag_values.do_predict,
+        export_dir=flag_values.export_dir,
+    )
 
 
 def run(task, strategy, options, optimizer_fn, do_predict=False, export_dir=None):

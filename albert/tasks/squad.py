@@ -117,6 +117,13 @@ class SquadTask(engine.FineTuningTask):
             )  # fmt: skip
         return self._squad[key]
 
+    def read_features(self, train, evaluate, predict):
+        """Eval and predict both read `--predict_file`, with its post-processing metadata."""
+        if train:
+            self.features(engine.TRAIN)
+        if evaluate or predict:
+            self.squad_features(engine.PREDICT)
+
     def load_features(self, role):
         data = self.squad_features(role)
         return data.dataset, data.num_features
@@ -338,16 +345,4 @@ def run_from_flags(flag_values):
         dropout_rate=flag_values.classifier_dropout_prob,
         cached_dir=flag_values.cached_dir,
     )
-    # Read (or tokenize) every file the run needs now, so a bad file fails before training.
-    if flag_values.do_train:
-        task.features(engine.TRAIN)
-    if flag_values.do_eval or flag_values.do_predict:
-        task.squad_features(engine.PREDICT)
-    return engine.run(
-        task,
-        strategy,
-        options,
-        training_flags.optimizer_fn_from_flags(flag_values),
-        do_predict=flag_values.do_predict,
-        export_dir=flag_values.export_dir,
-    )
+    return engine.run_with_flags(task, strategy, options, flag_values)
