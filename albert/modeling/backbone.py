@@ -41,10 +41,13 @@ class AlbertBackbone(keras.Model):
         inputs: dict of int arrays `input_ids` [B, T], `input_mask` [B, T] (1 for real tokens),
             `segment_ids` [B, T]. `input_mask` defaults to all ones, `segment_ids` to zeros.
         training: whether dropout is active.
+        output_positions: optional int [B, K] (K may be 0): the positions whose final hidden
+            states are wanted. The last transformer block then runs only at those and at
+            [CLS], which gives the same values for about 1/L less work.
 
     Returns:
-        dict with `sequence_output` [B, T, H] and `pooled_output` [B, H] (tanh of a dense
-        layer over the first token).
+        dict with `sequence_output` [B, T, H] ([B, K, H] at `output_positions` when given)
+        and `pooled_output` [B, H] (tanh of a dense layer over the first token).
 
     Example:
         >>> backbone = AlbertBackbone(AlbertConfig.from_json_file("configs/albert_tiny.json"))
@@ -72,12 +75,19 @@ class AlbertBackbone(keras.Model):
         self.pooler.build((None, self.config.hidden_size))
         self.built = True
 
-    def call(self, inputs, training=False):
+    def call(self, inputs, training=False, output_positions=None):
         input_ids, input_mask, segment_ids = standardize_inputs(inputs)
         x = self.embeddings(input_ids, segment_ids, training=training)  # [B, T, H]
-        x = self.encoder(x, attention_bias_from_mask(input_mask), training=training)
+        if output_positions is not None:
+            # [CLS] first, for the pooler: [B, 1 + K].
+            cls = ops.zeros((ops.shape(output_positions)[0], 1), "int32")
+            output_positions = ops.concatenate([cls, ops.cast(output_positions, "int32")], 1)
+        bias = attention_bias_from_mask(input_mask)
+        x = self.encoder(x, bias, training=training, output_positions=output_positions)
+        # x: [B, T, H], or [B, 1 + K, H] with output_positions.
         pooled = self.pooler(x[:, 0])  # [B, H]
-        return {"sequence_output": x, "pooled_output": pooled}
+        sequence = x if output_positions is None else x[:, 1:]
+        return {"sequence_output": sequence, "pooled_output": pooled}
 
     @property
     def word_embeddings(self):

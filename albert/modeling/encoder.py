@@ -18,6 +18,12 @@ from albert.modeling.embeddings import layer_norm, truncated_normal
 MASK_ADDER = -10000.0
 
 
+def gather_positions(sequence, positions):
+    """sequence [B, T, H], positions int [B, K] -> [B, K, H]."""
+    positions = ops.cast(positions, "int32")
+    return ops.take_along_axis(sequence, positions[:, :, None], axis=1)
+
+
 def activation(name):
     if name in ("gelu", "gelu_new"):
         return lambda x: keras.activations.gelu(x, approximate=True)
@@ -58,29 +64,49 @@ class AlbertAttention(keras.layers.Layer):
         self.layer_norm.build((None, None, self.hidden_size))
         self.built = True
 
-    def _split_heads(self, x):
-        batch, seq_len = ops.shape(x)[0], ops.shape(x)[1]
-        x = ops.reshape(x, (batch, seq_len, self.num_heads, self.head_size))  # [B, T, N, D]
-        return ops.transpose(x, (0, 2, 1, 3))  # [B, N, T, D]
+    def _project_heads(self, x, dense_layers):
+        """x [B, T, H] through several of the H->H projections in one matmul (a wider one
+        runs faster than three, forward and backward; the variables stay separate, with the
+        original's names).
 
-    def call(self, x, attention_bias, training=False):
-        """x: [B, T, H]; attention_bias: float32 [B, 1, 1, T], 0 or MASK_ADDER."""
-        q = self._split_heads(self.query(x))  # [B, N, T, D]
-        k = self._split_heads(self.key(x))
-        v = self._split_heads(self.value(x))
+        Returns:
+            one [B, N, T, D] tensor per layer.
+        """
+        dtype = self.compute_dtype
+        kernel = ops.concatenate([ops.cast(d.kernel, dtype) for d in dense_layers], axis=1)
+        bias = ops.concatenate([ops.cast(d.bias, dtype) for d in dense_layers], axis=0)
+        y = ops.matmul(x, kernel) + bias  # [B, T, len * H]
+        batch, seq_len, count = ops.shape(x)[0], ops.shape(x)[1], len(dense_layers)
+        y = ops.reshape(y, (batch, seq_len, count, self.num_heads, self.head_size))
+        y = ops.transpose(y, (2, 0, 3, 1, 4))  # [len, B, N, T, D]
+        return [y[i] for i in range(count)]
+
+    def call(self, x, attention_bias, training=False, query_positions=None):
+        """x: [B, T, H]; attention_bias: float32 [B, 1, 1, T], 0 or MASK_ADDER.
+
+        With `query_positions` (int [B, K]) only those positions attend (to every key) and
+        the output is [B, K, H]; without, K = T.
+        """
+        if query_positions is None:
+            queries = x
+            q, k, v = self._project_heads(x, (self.query, self.key, self.value))
+        else:
+            queries = gather_positions(x, query_positions)
+            (q,) = self._project_heads(queries, (self.query,))  # [B, N, K, D]
+            k, v = self._project_heads(x, (self.key, self.value))
         q = q * ops.cast(1.0 / math.sqrt(self.head_size), q.dtype)
-        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # [B, N, T, T]
+        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # [B, N, K, T]
         # Softmax in float32 whatever the compute dtype: bfloat16 sums lose the tail mass.
         # (Keras autocasts float call arguments to the compute dtype, hence the cast back.)
         scores = ops.cast(scores, "float32") + ops.cast(attention_bias, "float32")
         probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
         probs = self.attention_dropout(probs, training=training)
-        context = ops.matmul(probs, v)  # [B, N, T, D]
-        context = ops.transpose(context, (0, 2, 1, 3))  # [B, T, N, D]
-        batch, seq_len = ops.shape(x)[0], ops.shape(x)[1]
-        context = ops.reshape(context, (batch, seq_len, self.hidden_size))  # [B, T, H]
+        context = ops.matmul(probs, v)  # [B, N, K, D]
+        context = ops.transpose(context, (0, 2, 1, 3))  # [B, K, N, D]
+        batch, num_queries = ops.shape(queries)[0], ops.shape(queries)[1]
+        context = ops.reshape(context, (batch, num_queries, self.hidden_size))  # [B, K, H]
         out = self.output_dropout(self.output_dense(context), training=training)
-        return ops.cast(self.layer_norm(out + x), self.compute_dtype)
+        return ops.cast(self.layer_norm(out + queries), self.compute_dtype)
 
 
 class AlbertFeedForward(keras.layers.Layer):
@@ -158,11 +184,21 @@ class AlbertEncoder(keras.layers.Layer):
                 block.build()
         self.built = True
 
-    def call(self, x, attention_bias, training=False):
-        for layer in range(self.config.num_hidden_layers):
+    def call(self, x, attention_bias, training=False, output_positions=None):
+        """x [B, T, H] -> [B, T, H], or [B, K, H] at `output_positions` (int [B, K]).
+
+        With `output_positions` the last block computes only those K rows: its keys and
+        values still come from every position, and no other row of its output can reach
+        them, so the K rows equal the full pass's (about 1/L of the encoder's work saved when
+        K << T, e.g. pretraining's masked positions).
+        """
+        num_layers, num_inner = self.config.num_hidden_layers, self.config.inner_group_num
+        for layer in range(num_layers):
             attention = self.attention_blocks[self.attention_owner[layer]]
             ffn = self.ffn_blocks[self.ffn_owner[layer]]
-            for i in range(self.config.inner_group_num):
-                x = attention[i](x, attention_bias, training=training)
+            for i in range(num_inner):
+                last = layer == num_layers - 1 and i == num_inner - 1
+                positions = output_positions if last else None
+                x = attention[i](x, attention_bias, training=training, query_positions=positions)
                 x = ffn[i](x, training=training)
-        return x  # [B, T, H]
+        return x

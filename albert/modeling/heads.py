@@ -4,13 +4,7 @@ import keras
 from keras import ops
 
 from albert.modeling.embeddings import layer_norm, truncated_normal
-from albert.modeling.encoder import activation
-
-
-def gather_positions(sequence, positions):
-    """sequence [B, T, H], positions int [B, P] -> [B, P, H]."""
-    positions = ops.cast(positions, "int32")
-    return ops.take_along_axis(sequence, positions[:, :, None], axis=1)
+from albert.modeling.encoder import activation, gather_positions
 
 
 class AlbertMaskedLMHead(keras.layers.Layer):
@@ -21,8 +15,8 @@ class AlbertMaskedLMHead(keras.layers.Layer):
     [B, T, V] logits the full-sequence head would compute.
 
     Call args:
-        sequence_output: [B, T, H].
-        masked_lm_positions: int [B, P].
+        sequence_output: [B, T, H], or [B, P, H] already at the masked positions.
+        masked_lm_positions: int [B, P], or None when `sequence_output` is already gathered.
         word_embeddings: the backbone's [V, E] matrix.
 
     Returns:
@@ -49,7 +43,9 @@ class AlbertMaskedLMHead(keras.layers.Layer):
         self.built = True
 
     def call(self, sequence_output, masked_lm_positions, word_embeddings):
-        x = gather_positions(sequence_output, masked_lm_positions)  # [B, P, H]
+        x = sequence_output
+        if masked_lm_positions is not None:
+            x = gather_positions(sequence_output, masked_lm_positions)  # [B, P, H]
         x = self.layer_norm(self.dense(x))  # float32 [B, P, E]
         # Logits in float32: the softmax over V=30000 is where low precision hurts most.
         logits = ops.matmul(x, ops.transpose(ops.cast(word_embeddings, "float32")))  # [B, P, V]

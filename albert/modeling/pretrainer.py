@@ -17,10 +17,14 @@ class AlbertPretrainer(keras.Model):
         inputs: dict of int arrays `input_ids`, `input_mask`, `segment_ids` [B, T] and
             `masked_lm_positions` [B, P].
         training: whether dropout is active.
+        masked_positions_only: run the last transformer block only at [CLS] and the masked
+            positions, which is all the two losses read (same logits, ~1/L less encoder
+            work); `sequence_output` is then [B, P, H] at the masked positions.
 
     Returns:
         dict with `sequence_output` [B, T, H], `pooled_output` [B, H], `mlm_logits`
-        float32 [B, P, V] and `sop_logits` float32 [B, 2].
+        float32 [B, P, V] (when `masked_lm_positions` is given) and `sop_logits` float32
+        [B, 2].
 
     Example:
         >>> model = AlbertPretrainer(AlbertConfig.from_json_file("configs/albert_tiny.json"))
@@ -41,12 +45,16 @@ class AlbertPretrainer(keras.Model):
         self.sentence_order_head.build()
         self.built = True
 
-    def call(self, inputs, training=False):
-        outputs = dict(self.backbone(inputs, training=training))
-        if "masked_lm_positions" in inputs:
+    def call(self, inputs, training=False, masked_positions_only=False):
+        positions = inputs.get("masked_lm_positions")
+        if masked_positions_only and positions is None:
+            raise ValueError("masked_positions_only=True needs `masked_lm_positions`.")
+        gathered = positions if masked_positions_only else None
+        outputs = dict(self.backbone(inputs, training=training, output_positions=gathered))
+        if positions is not None:
             outputs["mlm_logits"] = self.masked_lm_head(
                 outputs["sequence_output"],
-                inputs["masked_lm_positions"],
+                None if masked_positions_only else positions,
                 self.backbone.word_embeddings,
             )
         outputs["sop_logits"] = self.sentence_order_head(outputs["pooled_output"])

@@ -47,7 +47,10 @@ class AlbertClassifier(keras.Model):
         self.built = True
 
     def call(self, inputs, training=False):
-        pooled = self.backbone(inputs, training=training)["pooled_output"]
+        # Only [CLS] is read: the last block skips every other position (K = 0).
+        no_positions = ops.zeros_like(inputs["input_ids"][:, :0])
+        outputs = self.backbone(inputs, training=training, output_positions=no_positions)
+        pooled = outputs["pooled_output"]
         return {"logits": self.classifier(pooled, training=training)}
 
     def get_config(self):

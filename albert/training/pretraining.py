@@ -162,7 +162,8 @@ class PretrainingTask(TrainingTask):
         }
 
     def compute_loss(self, model, features, normalizers, training):
-        outputs = model({name: features[name] for name in MODEL_INPUTS}, training=training)
+        inputs = {name: features[name] for name in MODEL_INPUTS}
+        outputs = model(inputs, training=training, masked_positions_only=True)
         return pretraining_loss(outputs["mlm_logits"], outputs["sop_logits"], features, normalizers)
 
     def metric_results(self, sums):

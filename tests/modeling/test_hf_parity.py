@@ -66,3 +66,46 @@ def test_tolerance_tells_the_two_gelus_apart():
     differences = max_differences(tanh_gelu(inputs), expected)
     # GELU(tanh) is within ~1e-3 of GELU(erf), yet every output moves past the tolerance.
     assert all(d > TOLERANCE for d in differences.values()), differences
+
+
+@pytest.mark.parametrize("name", ["grouped", "gelu_exact"])
+def test_masked_positions_only_gives_the_same_logits(name):
+    """The last block run at [CLS] + masked positions only (pretraining's fast path) matches
+    HF's full pass, and gives the full sequence output's rows at those positions."""
+    model, inputs, expected = load_fixture(name)
+    outputs = model(inputs, masked_positions_only=True)
+    rows = np.take_along_axis(
+        expected["last_hidden_state"], inputs["masked_lm_positions"][:, :, None], axis=1
+    )
+    differences = {
+        "sequence_output@positions": float(np.abs(outputs["sequence_output"] - rows).max()),
+        **{
+            ours: float(np.abs(np.asarray(outputs[ours]) - expected[theirs]).max())
+            for ours, theirs in OUTPUTS.items()
+            if ours != "sequence_output"
+        },
+    }
+    assert all(d <= TOLERANCE for d in differences.values()), differences
+
+
+def test_masked_positions_only_needs_positions():
+    model, inputs, _ = load_fixture("grouped")
+    del inputs["masked_lm_positions"]
+    with pytest.raises(ValueError, match="masked_lm_positions"):
+        model(inputs, masked_positions_only=True)
+
+
+def test_classifier_pooled_output_matches_hf():
+    """AlbertClassifier runs the last block at [CLS] only; its pooled output is still HF's."""
+    from albert.modeling import AlbertClassifier
+
+    model, inputs, expected = load_fixture("grouped")
+    classifier = AlbertClassifier(model.backbone, num_labels=3)
+    pooled = classifier.backbone(
+        inputs, output_positions=np.zeros((len(inputs["input_ids"]), 0), "int32")
+    )["pooled_output"]
+    assert np.abs(np.asarray(pooled) - expected["pooler_output"]).max() <= TOLERANCE
+    logits = classifier(inputs)["logits"]
+    kernel, bias = (np.asarray(w) for w in classifier.classifier.weights)
+    manual = expected["pooler_output"] @ kernel.T + bias  # output_weights [labels, H]
+    assert np.abs(np.asarray(logits) - manual).max() <= TOLERANCE
