@@ -4,14 +4,16 @@ One host call runs a `tf.function` holding a `tf.range` loop around `strategy.ru
 Python host only wakes up every `--iterations_per_loop` steps. A training step:
 
     normalizers = all_reduce_sum(task.loss_normalizers(features))   # e.g. sum of MLM weights
-    loss, grads = forward + backward (XLA-compiled with --jit_compile)
+    loss, grads = forward + backward
     grads       = all_reduce_sum(grads)        # the gradient of the global-batch loss
     grad_norm   = global_norm(grads)           # summary, and the clipping norm
     grads       = clip_by_global_norm(grads, clip_norm)
     optimizer.apply(grads); global_step += 1
 
 Summing gradients in the step (not in the optimizer) is what makes clipping see the same
-global norm as one device with the whole batch.
+global norm as one device with the whole batch. With `--jit_compile`, XLA compiles the forward
+and backward pass; with a single replica (nothing to all-reduce) it compiles the whole step,
+update included, as one program.
 """
 
 from __future__ import annotations
@@ -97,6 +99,9 @@ class Trainer:
         self.train_metrics = MetricSums(strategy, names)
         self.eval_metrics = MetricSums(strategy, tuple(task.metric_names) + ("examples", "loss"))
         self._forward_backward = tf.function(self._forward_backward_fn, jit_compile=jit_compile)
+        self._single_replica_step = tf.function(
+            self._single_replica_step_fn, jit_compile=jit_compile
+        )
         self._train_loop = tf.function(self._train_loop_fn)
         self._eval_loop = tf.function(self._eval_loop_fn)
 
@@ -117,11 +122,12 @@ class Trainer:
         grads = [tf.convert_to_tensor(g) for g in grads]
         return grads, loss, sums
 
-    def _train_step(self, features):
-        context = tf.distribute.get_replica_context()
-        normalizers = self._normalizers(features)
-        grads, loss, sums = self._forward_backward(features, normalizers)
-        grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+    def _apply_gradients(self, grads):
+        """Clips the summed gradients, updates the variables and counts the step.
+
+        Returns:
+            the global norm of `grads`, before clipping and without any loss scale.
+        """
         grad_norm = tf.linalg.global_norm(grads)
         scale = tf.cast(self.optimizer.dynamic_scale, tf.float32) if self.loss_scaled else 1.0
         if self.clip_norm:
@@ -130,12 +136,27 @@ class Trainer:
             grads, _ = tf.clip_by_global_norm(grads, self.clip_norm * scale, use_norm=grad_norm)
         self.optimizer.apply(grads, self.model.trainable_variables)
         self.global_step.assign_add(1)
+        return grad_norm / scale
+
+    def _single_replica_step_fn(self, features, normalizers):
+        grads, loss, sums = self._forward_backward_fn(features, normalizers)
+        return loss, sums, self._apply_gradients(grads)
+
+    def _train_step(self, features):
+        context = tf.distribute.get_replica_context()
+        normalizers = self._normalizers(features)
+        if self.strategy.num_replicas_in_sync == 1:
+            loss, sums, grad_norm = self._single_replica_step(features, normalizers)
+        else:
+            grads, loss, sums = self._forward_backward(features, normalizers)
+            grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+            grad_norm = self._apply_gradients(grads)
         num_replicas = tf.cast(context.num_replicas_in_sync, tf.float32)
         sums = dict(sums)
         sums["examples"] = tf.cast(tf.shape(tf.nest.flatten(features)[0])[0], tf.float32)
         sums["loss"] = loss
         # Every replica holds the same global norm; the SUM read must count it once.
-        sums["gradient_norm"] = grad_norm / scale / num_replicas
+        sums["gradient_norm"] = grad_norm / num_replicas
         self.train_metrics.add(sums)
 
     def _eval_step(self, features):
