@@ -3,21 +3,24 @@
     python benchmarks/bench_training.py [--config=configs/albert_base_v2.json] [--seq=128]
         [--batch=8] [--steps=5] [--rows=ours,hf,keras_hub]
 
-Rows, each in its own subprocess, one after the other, median seconds of `--steps` timed
-steps after warm-up:
+Each row runs in its own subprocess. They are started one after the other (compiling and
+warming up alone), then take turns one step at a time, `--steps` rounds, so that a slow spell of
+a shared machine hits every row alike; each row reports the median of its step times:
 - ours: `albert.training.steps.Trainer` (the engine run_pretraining.py uses: LAMB, global-norm
   clipping, MLM gathered at 20 positions + SOP), one step per host call, XLA on.
 - hf: transformers `AlbertForPreTraining` (PyTorch), AdamW, fp32 or bf16 autocast.
 - keras_hub: keras-hub `AlbertMaskedLM` (MLM only, no SOP head), Adam, `train_on_batch`,
   fp32 with XLA, bf16 without (as its docs recommend on CPU).
 Peak resident memory of each subprocess is reported beside its throughput. Rows whose
-packages are missing are skipped.
+packages are missing are skipped; a row whose steps take over `--max_step_seconds` stops taking
+turns and reports the steps it ran.
 """
 
 import argparse
 import json
 import os
 import resource
+import select
 import subprocess
 import sys
 import tempfile
@@ -27,15 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREDICTIONS = 20
 
 
-def median_step_seconds(step, steps, warmup=2):
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+WARMUP_STEPS = 2
 
 
 def synthetic_batch(np, config, batch, seq):
@@ -97,7 +92,7 @@ def run_ours(args, config_values):
     optimizer.build(model.trainable_variables)
     trainer = Trainer(strategy, task, model, optimizer, global_step, jit_compile=True)
     data = DistributedInput(strategy, lambda ctx: task.train_dataset(ctx, 0), checkpointable=False)
-    return median_step_seconds(lambda: trainer.train(data, 1), args.steps)
+    return lambda: trainer.train(data, 1)
 
 
 def run_hf(args, config_values):
@@ -133,7 +128,7 @@ def run_hf(args, config_values):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
 
-    return median_step_seconds(step, args.steps)
+    return step
 
 
 def run_keras_hub(args, config_values):
@@ -172,7 +167,7 @@ def run_keras_hub(args, config_values):
         "mask_positions": batch["masked_lm_positions"],
     }
     y, weights = batch["masked_lm_ids"], batch["masked_lm_weights"]
-    return median_step_seconds(lambda: model.train_on_batch(x, y, weights), args.steps)
+    return lambda: model.train_on_batch(x, y, weights)
 
 
 ROWS = {
@@ -183,50 +178,118 @@ ROWS = {
 RUNNERS = {"ours": run_ours, "hf": run_hf, "keras_hub": run_keras_hub}
 
 
+def serve(args, config_values):
+    """The row process: build, warm up, then run one step per `step` line on stdin."""
+    step = RUNNERS[args.one](args, config_values)
+    for _ in range(WARMUP_STEPS):
+        step()
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        if line.strip() != "step":
+            break
+        start = time.perf_counter()
+        step()
+        print(json.dumps({"seconds": time.perf_counter() - start}), flush=True)
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"peak_mib": peak_mib}), flush=True)
+
+
+class Row:
+    """One row's subprocess, spoken to one JSON line at a time."""
+
+    def __init__(self, which, label, precision, args):
+        self.which, self.label, self.precision = which, label, precision
+        self.times, self.error, self.peak_mib = [], None, None
+        self.log = tempfile.TemporaryFile("w+")
+        command = [sys.executable, __file__, f"--one={which}", f"--precision={precision}"]
+        command += [f"--config={args.config}", f"--seq={args.seq}", f"--batch={args.batch}"]
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True
+        )
+
+    def read(self, timeout):
+        """The next JSON line, or None (with `error` set) on a timeout or an exit."""
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        line = self.process.stdout.readline() if ready else ""
+        if line:
+            return json.loads(line)
+        if ready:
+            self.log.seek(0)
+            lines = self.log.read().strip().splitlines() or ["failed"]
+            self.error = f"skipped  ({lines[-1][:70]})"
+        else:
+            self.error = f"timeout  (> {timeout:.0f} s)"
+        self.process.kill()
+        return None
+
+    def step(self, timeout):
+        self.process.stdin.write("step\n")
+        self.process.stdin.flush()
+        reply = self.read(timeout)
+        if reply:
+            self.times.append(reply["seconds"])
+        return reply
+
+    def finish(self):
+        if self.process.poll() is None:
+            self.process.stdin.write("quit\n")
+            self.process.stdin.flush()
+            reply = self.read(60)
+            self.peak_mib = reply and reply["peak_mib"]
+        self.process.wait()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=os.path.join(ROOT, "configs/albert_base_v2.json"))
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=5, help="Timed steps (turns) per row.")
     parser.add_argument("--rows", default="ours,hf,keras_hub")
-    parser.add_argument("--row_timeout", type=int, default=600, help="Seconds per row.")
+    parser.add_argument(
+        "--row_timeout", type=int, default=600, help="Seconds for a row to build and warm up."
+    )
+    parser.add_argument(
+        "--max_step_seconds",
+        type=float,
+        default=120,
+        help="A row whose step takes longer stops taking turns.",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--precision", default="float32", help=argparse.SUPPRESS)
     args = parser.parse_args()
     with open(args.config) as f:
         config_values = json.load(f)
-
     if args.one:
-        seconds = RUNNERS[args.one](args, config_values)
-        peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(json.dumps({"seconds": seconds, "peak_mib": peak_mib}))
-        return
+        return serve(args, config_values)
 
     print(f"Training step, {os.path.basename(args.config)}, global batch {args.batch}, ")
-    print(f"seq {args.seq}, {os.cpu_count()} cores, median of {args.steps} steps\n")
-    print(f"{'implementation':34s} {'precision':10s} {'seq/s':>7s} {'peak RSS':>10s}")
-    results = {}
+    print(f"seq {args.seq}, {os.cpu_count()} cores, median of {args.steps} interleaved steps\n")
+    rows = []
     for which in args.rows.split(","):
         for label, precision in ROWS[which]:
-            command = [sys.executable, __file__, f"--one={which}", f"--precision={precision}"]
-            command += [f"--config={args.config}", f"--seq={args.seq}"]
-            command += [f"--batch={args.batch}", f"--steps={args.steps}"]
-            try:
-                done = subprocess.run(
-                    command, capture_output=True, text=True, timeout=args.row_timeout
-                )
-            except subprocess.TimeoutExpired:
-                print(f"{label:34s} {precision:10s} {'timeout':>7s}  (> {args.row_timeout} s)")
-                continue
-            if done.returncode != 0:
-                lines = done.stderr.strip().splitlines() or ["failed"]
-                print(f"{label:34s} {precision:10s} {'skipped':>7s}  ({lines[-1][:70]})")
-                continue
-            row = json.loads(done.stdout.strip().splitlines()[-1])
-            rate = args.batch / row["seconds"]
-            results[(which, precision)] = rate
-            print(f"{label:34s} {precision:10s} {rate:7.2f} {row['peak_mib']:7.0f} MiB")
+            row = Row(which, label, precision, args)
+            if row.read(args.row_timeout):
+                rows.append(row)
+            else:
+                print(f"{label:34s} {precision:10s} {row.error}")
+    for _ in range(args.steps):
+        for row in rows:
+            slow = row.times and row.times[-1] > args.max_step_seconds
+            if not row.error and not slow:
+                row.step(args.max_step_seconds * 5)
+    print(f"{'implementation':34s} {'precision':10s} {'seq/s':>7s} {'peak RSS':>10s}")
+    results = {}
+    for row in rows:
+        row.finish()
+        if not row.times:
+            print(f"{row.label:34s} {row.precision:10s} {row.error}")
+            continue
+        rate = args.batch / sorted(row.times)[len(row.times) // 2]
+        results[(row.which, row.precision)] = rate
+        note = f"  ({len(row.times)} steps)" if len(row.times) < args.steps else ""
+        peak = f"{row.peak_mib:7.0f} MiB" if row.peak_mib else "    n/a"
+        print(f"{row.label:34s} {row.precision:10s} {rate:7.2f} {peak}{note}")
     print()
     ours = max((v for (w, _), v in results.items() if w == "ours"), default=None)
     peers = {k: v for k, v in results.items() if k[0] != "ours"}
