@@ -255,6 +255,8 @@ def main():
         default=120,
         help="A row whose step takes longer stops taking turns.",
     )
+    parser.add_argument("--verbose", action="store_true", help="Print every step's seconds.")
+    parser.add_argument("--precisions", default="float32,bfloat16")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--precision", default="float32", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -268,6 +270,8 @@ def main():
     rows = []
     for which in args.rows.split(","):
         for label, precision in ROWS[which]:
+            if precision not in args.precisions.split(","):
+                continue
             row = Row(which, label, precision, args)
             if row.read(args.row_timeout):
                 rows.append(row)
@@ -286,6 +290,8 @@ def main():
             print(f"{row.label:34s} {row.precision:10s} {row.error}")
             continue
         rate = args.batch / sorted(row.times)[len(row.times) // 2]
+        if args.verbose:
+            print(" ".join(f"{t:.2f}" for t in row.times))
         results[(row.which, row.precision)] = rate
         note = f"  ({len(row.times)} steps)" if len(row.times) < args.steps else ""
         peak = f"{row.peak_mib:7.0f} MiB" if row.peak_mib else "    n/a"

@@ -1,0 +1,25 @@
+"""Smoke test of the training benchmark's turn-taking protocol on the tiny config (the
+numbers themselves are for people to read, not for tests to time)."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_bench_training_reports_a_row_per_precision_on_a_tiny_model():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    command = [sys.executable, str(ROOT / "benchmarks" / "bench_training.py")]
+    command += [f"--config={ROOT / 'configs' / 'albert_tiny.json'}", "--seq=32", "--batch=2"]
+    command += ["--rows=ours", "--precisions=float32", "--steps=2", "--verbose"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = re.search(r"ours \(Trainer, LAMB, XLA\)\s+float32\s+([\d.]+)\s+(\d+) MiB", done.stdout)
+    assert row, done.stdout
+    assert float(row.group(1)) > 0 and int(row.group(2)) > 100
+    lines = done.stdout.splitlines()
+    index = next(i for i, line in enumerate(lines) if line.startswith("ours (Trainer"))
+    assert len(lines[index - 1].split()) == 2, done.stdout  # --verbose: one time per turn
