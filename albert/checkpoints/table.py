@@ -99,7 +99,7 @@ class LoadResult:
 
     Attributes:
         path: the checkpoint that was read (a TF1 prefix, a directory or a file).
-        format: "tf1", "hf" or "keras".
+        format: "tf1", "hf", "keras", or "training" (a `model.ckpt-N` of our training loop).
         loaded: checkpoint names whose values were assigned to the model.
         initialised: model variable paths left as initialised (heads the checkpoint lacks).
         ignored: checkpoint names skipped on purpose (optimizer slots, `global_step`, heads

@@ -143,7 +143,8 @@ def load(model, path: str) -> LoadResult:
 
     Args:
         model: the Keras model; its config must match the checkpoint's.
-        path: anything `resolve_prefix` accepts.
+        path: anything `resolve_prefix` accepts. A checkpoint written by this project's
+            training loop (`model.ckpt-N`, TF2 object names) loads its model weights.
 
     Returns:
         A `LoadResult`.
@@ -153,6 +154,15 @@ def load(model, path: str) -> LoadResult:
             any missing, unexpected or mis-shaped variable (nothing is assigned then).
     """
     prefix = resolve_prefix(path)
+    from albert.training import checkpointing  # the training loop's own format
+
+    if checkpointing.is_training_checkpoint(prefix):
+        try:
+            checkpointing.restore_model_weights(model, prefix)
+        except checkpointing.CheckpointError as e:
+            raise CheckpointError(str(e)) from None
+        loaded = [weight.path for weight in model.weights]
+        return LoadResult(path=prefix, format="training", loaded=loaded)
     checkpoint_config = read_config(prefix)
     backbone = model_parts(model)[BACKBONE]
     if checkpoint_config is not None:

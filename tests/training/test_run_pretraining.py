@@ -111,6 +111,25 @@ def test_best_checkpoint_and_export_load_with_the_project_tools(trained, tmp_pat
     assert Path(written).exists()
 
 
+def test_load_checkpoint_reads_a_training_checkpoint_and_the_run_directory(trained):
+    from albert import AlbertConfig, AlbertPretrainer, load_checkpoint
+    from albert.checkpoints import CheckpointError
+
+    output_dir, _ = trained
+    config = AlbertConfig.from_json_file(str(output_dir / "albert_config.json"))
+    expected = _model_weights(output_dir / "model.ckpt-6")
+    # The run directory holds the final weights in the Keras format, equal to the last step's.
+    for path, format_name in ((output_dir / "model.ckpt-6", "training"), (output_dir, "keras")):
+        model = AlbertPretrainer(config)
+        assert load_checkpoint(model, str(path)).format == format_name
+        for weight in model.weights:
+            key = f"model/{weight.path}/.ATTRIBUTES/VARIABLE_VALUE"
+            assert np.array_equal(weight.numpy(), expected[key]), key
+    with pytest.raises(CheckpointError, match="does not fit this model"):
+        prefix = str(output_dir / "model.ckpt-6")
+        load_checkpoint(AlbertPretrainer(config.replace(num_hidden_groups=2)), prefix)
+
+
 def test_init_checkpoint_restarts_the_step_with_the_given_weights(records, trained, tmp_path):
     output_dir, _ = trained
     for name, source in (("ours", output_dir / "model.ckpt-3"),
