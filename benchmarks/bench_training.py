@@ -255,6 +255,7 @@ def main():
         default=120,
         help="A row whose step takes longer stops taking turns.",
     )
+    parser.add_argument("--settle_seconds", type=float, default=1.0, help="Pause before each turn.")
     parser.add_argument("--verbose", action="store_true", help="Print every step's seconds.")
     parser.add_argument("--precisions", default="float32,bfloat16")
     parser.add_argument("--one", help=argparse.SUPPRESS)
@@ -281,6 +282,7 @@ def main():
         for row in rows:
             slow = row.times and row.times[-1] > args.max_step_seconds
             if not row.error and not slow:
+                time.sleep(args.settle_seconds)  # the previous row's threads go idle
                 row.step(args.max_step_seconds * 5)
     print(f"{'implementation':34s} {'precision':10s} {'seq/s':>7s} {'peak RSS':>10s}")
     results = {}
