@@ -126,6 +126,7 @@ def define_race_flags(flag_values=None):
     from absl import flags
 
     from albert.tasks import flags as finetuning_flags
+    from albert.training import flags as training_flags
 
     flag_values = flags.FLAGS if flag_values is None else flag_values
     finetuning_flags.define_finetuning_flags(flag_values)
@@ -136,8 +137,7 @@ def define_race_flags(flag_values=None):
         (flags.DEFINE_bool, "middle_only", False, "Read the middle-school questions only."),
         (flags.DEFINE_integer, "max_qa_length", 128, "Question+option tokens kept (the last)."),
     ]  # fmt: skip
-    for define_function, name, default, help_text in define:
-        define_function(name, default, help_text, flag_values=flag_values)
+    training_flags.define_rows(define, flag_values)
 
 
 def run_from_flags(flag_values):

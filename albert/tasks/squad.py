@@ -279,6 +279,7 @@ def define_squad_flags(flag_values=None):
     from absl import flags
 
     from albert.tasks import flags as finetuning_flags
+    from albert.training import flags as training_flags
 
     flag_values = flags.FLAGS if flag_values is None else flag_values
     finetuning_flags.define_finetuning_flags(flag_values)
@@ -298,8 +299,7 @@ def define_squad_flags(flag_values=None):
          "v2.0: predict no answer above this null score. Default: the threshold tuned on "
          "--predict_file when it has answers, else 0."),
     ]  # fmt: skip
-    for define_function, name, default, help_text in define:
-        define_function(name, default, help_text, flag_values=flag_values)
+    training_flags.define_rows(define, flag_values)
 
 
 def run_from_flags(flag_values):

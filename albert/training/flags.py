@@ -174,6 +174,13 @@ def _definer(flag_values):
     return define
 
 
+def define_rows(rows, flag_values=FLAGS):
+    """Defines each (DEFINE_x, name, default, help) row of a task's flag table."""
+    define = _definer(flag_values)
+    for row in rows:
+        define(*row)
+
+
 def require(flag_values, *names):
     """Raises FlagError naming the first of `names` that is not set."""
     for name in names:
