@@ -1,0 +1,94 @@
+"""Files written whole or not at all, on any `tf.io.gfile` filesystem (local, gs://, ram://).
+
+A file is written under a temporary name in the same folder and renamed to its final name
+only once it is complete, so a kill, a full disk or an exception never leaves a half-written
+file under the final name, and never truncates a file that was there before.
+
+TensorFlow is imported only when a function here is called, so light worker processes can
+import this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+
+TEMPORARY_MARK = ".tmp-"
+
+
+def temporary_path(path: str) -> str:
+    """A unique sibling of `path` for writing before the rename (`path.tmp-<hex>`)."""
+    return f"{path}{TEMPORARY_MARK}{uuid.uuid4().hex}"
+
+
+def is_temporary(path: str) -> bool:
+    """Whether `path` is a leftover of `temporary_path` (a killed writer's file)."""
+    return TEMPORARY_MARK in os.path.basename(path)
+
+
+def makedirs_for(path: str) -> None:
+    """Creates the folder that will hold `path` (nothing for a bare file name)."""
+    import tensorflow as tf
+
+    folder = os.path.dirname(path)
+    if folder:
+        tf.io.gfile.makedirs(folder)
+
+
+def remove_quietly(path: str) -> None:
+    """Deletes `path` if it exists; errors are ignored (used on the failure path only)."""
+    import tensorflow as tf
+
+    with contextlib.suppress(Exception):
+        tf.io.gfile.remove(path)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str):
+    """Yields a temporary path to write; renames it to `path` when the block succeeds.
+
+    On an exception the temporary file is removed and `path` is left as it was.
+
+    Example:
+        >>> with atomic_path("out/model.ckpt.json") as tmp:
+        ...     write_somehow(tmp)
+    """
+    import tensorflow as tf
+
+    makedirs_for(path)
+    temporary = temporary_path(path)
+    try:
+        yield temporary
+        tf.io.gfile.rename(temporary, path, overwrite=True)
+    except BaseException:
+        remove_quietly(temporary)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_open(path: str, mode: str = "w"):
+    """`tf.io.gfile.GFile(path, mode)`, but written to a temporary name and renamed at the end.
+
+    Args:
+        path: the final file name.
+        mode: "w" (text) or "wb" (bytes).
+    """
+    import tensorflow as tf
+
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open writes whole files; mode must be 'w' or 'wb', got {mode!r}")
+    with atomic_path(path) as temporary, tf.io.gfile.GFile(temporary, mode) as f:
+        yield f
+
+
+def write_text(path: str, text: str) -> None:
+    """Writes `text` to `path` atomically."""
+    with atomic_open(path, "w") as f:
+        f.write(text)
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Writes `data` to `path` atomically."""
+    with atomic_open(path, "wb") as f:
+        f.write(data)
