@@ -1,0 +1,89 @@
+"""Creates ALBERT pretraining TFRecords (masked LM + sentence order) from text.
+
+Input: one sentence per line with a blank line between documents, or WikiExtractor output.
+The flags and defaults are the original `create_pretraining_data.py`'s, plus --num_workers and
+--num_output_shards. See albert/data/create_pretraining_data.py for the design (streaming,
+reproducible whatever the number of workers) and for fanning out over many machines.
+
+Example:
+    python -m albert.create_pretraining_data --input_file='wiki/*/wiki_*,books.txt' \
+        --output_file=data/pretrain --num_output_shards=16 --spm_model_file=30k-clean.model \
+        --max_seq_length=512 --dupe_factor=40
+"""
+
+import sys
+
+from absl import app, flags, logging
+
+from albert.data.create_pretraining_data import (
+    USER_ERRORS,
+    PretrainingDataConfig,
+    create_pretraining_data,
+)
+from albert.data.pretraining import InstanceOptions
+
+flags.DEFINE_string("input_file", None, "Comma-separated text files or globs.")
+flags.DEFINE_string(
+    "output_file",
+    None,
+    "Comma-separated output TFRecord files (or a prefix with --num_output_shards).",
+)
+flags.DEFINE_string("spm_model_file", None, "SentencePiece model (30k-clean.model).")
+flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt, used when no --spm_model_file.")
+flags.DEFINE_bool("do_lower_case", True, "Lower-case the input text.")
+flags.DEFINE_bool("do_whole_word_mask", True, "Mask whole words rather than single pieces.")
+flags.DEFINE_bool("do_permutation", False, "The original's permutation option (not supported).")
+flags.DEFINE_bool("favor_shorter_ngram", True, "p(n) proportional to 1/n (else reversed).")
+flags.DEFINE_bool("random_next_sentence", False, "BERT's NSP negatives instead of SOP.")
+flags.DEFINE_integer("max_seq_length", 512, "Tokens per instance, with [CLS] and 2 [SEP].")
+flags.DEFINE_integer("ngram", 3, "Longest n-gram of words to mask.")
+flags.DEFINE_integer("max_predictions_per_seq", 20, "Most masked tokens per instance.")
+flags.DEFINE_integer("random_seed", 12345, "Seed of every draw.")
+flags.DEFINE_integer("dupe_factor", 40, "Passes over the input, each masked differently.")
+flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens to mask.")
+flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target length.")
+flags.DEFINE_integer("num_workers", None, "Worker processes (default: every available core).")
+flags.DEFINE_integer("num_output_shards", None, "Write this many files named from --output_file.")
+
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    del argv
+    config = PretrainingDataConfig(
+        input_file=FLAGS.input_file,
+        output_file=FLAGS.output_file,
+        spm_model_file=FLAGS.spm_model_file,
+        vocab_file=FLAGS.vocab_file,
+        do_lower_case=FLAGS.do_lower_case,
+        do_permutation=FLAGS.do_permutation,
+        random_seed=FLAGS.random_seed,
+        num_workers=FLAGS.num_workers,
+        num_output_shards=FLAGS.num_output_shards,
+        instance=InstanceOptions(
+            max_seq_length=FLAGS.max_seq_length,
+            max_predictions_per_seq=FLAGS.max_predictions_per_seq,
+            masked_lm_prob=FLAGS.masked_lm_prob,
+            short_seq_prob=FLAGS.short_seq_prob,
+            ngram=FLAGS.ngram,
+            favor_shorter_ngram=FLAGS.favor_shorter_ngram,
+            do_whole_word_mask=FLAGS.do_whole_word_mask,
+            random_next_sentence=FLAGS.random_next_sentence,
+            dupe_factor=FLAGS.dupe_factor,
+        ),
+    )
+    logging.set_verbosity(logging.INFO)
+    try:
+        create_pretraining_data(config)
+    except USER_ERRORS as e:  # One line, no traceback.
+        sys.exit(f"create_pretraining_data: error: {e}")
+
+
+def run():
+    """Console-script entry point (`albert-create-data`)."""
+    flags.mark_flags_as_required(["input_file", "output_file"])
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()
