@@ -11,6 +11,8 @@ import dataclasses
 import json
 import os
 
+from albert.errors import AlbertError
+
 # Activation names accepted in `hidden_act`. "gelu" is the tanh approximation, as in the
 # original release (HF transformers calls it "gelu_new"); "gelu_exact" is the erf form.
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_exact", "relu", "tanh", "swish", "silu", "linear")
@@ -25,7 +27,7 @@ LAYER_SHARING_MODES = ("all_shared", "shared_attention", "shared_ffn", "not_shar
 _IGNORED_KEYS = ("net_structure_type", "gap_size", "num_memory_blocks", "layers_to_keep")
 
 
-class ConfigError(ValueError):
+class ConfigError(AlbertError):
     """A config value or file that cannot describe an ALBERT model."""
 
 

@@ -34,13 +34,14 @@ from __future__ import annotations
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from albert.errors import AlbertError
 from albert.text_ops import InGraphTokenizer
 from albert.tokenization import load_spm_model
 
 SERVING_SIGNATURE = "serving_default"
 
 
-class QuestionAnsweringError(ValueError):
+class QuestionAnsweringError(AlbertError):
     """A model or setting that the QA SavedModel cannot serve."""
 
 

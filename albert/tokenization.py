@@ -30,13 +30,15 @@ import unicodedata
 
 import sentencepiece as spm
 
+from albert.errors import AlbertError
+
 SPIECE_UNDERLINE = "▁"
 
 # WordPiece gives up on words longer than this and emits [UNK] (BERT's value).
 MAX_INPUT_CHARS_PER_WORD = 200
 
 
-class TokenizerError(ValueError):
+class TokenizerError(AlbertError):
     """A tokenizer file that is missing or unreadable, or no file at all."""
 
 

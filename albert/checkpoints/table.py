@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from albert.config import AlbertConfig
+from albert.errors import AlbertError
 from albert.modeling import AlbertBackbone, AlbertMaskedLMHead, AlbertSentenceOrderHead
 
 # Parts of a pretraining model a checkpoint may or may not hold. The backbone is always
@@ -46,7 +47,7 @@ ARCHITECTURE_KEYS = (
 _MAX_LISTED = 12
 
 
-class CheckpointError(ValueError):
+class CheckpointError(AlbertError):
     """A checkpoint that does not exist, cannot be read, or does not fit the model."""
 
 

@@ -58,10 +58,11 @@ from albert.data.pretraining import (
     create_instance_batches,
     tokenize_document,
 )
+from albert.errors import AlbertError
 from albert.tokenization import FullTokenizer, TokenizerError
 
 
-class PretrainingDataError(ValueError):
+class PretrainingDataError(AlbertError):
     """Flags or input files that cannot produce pretraining data."""
 
 

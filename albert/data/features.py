@@ -24,12 +24,14 @@ import uuid
 import numpy as np
 import tensorflow as tf
 
+from albert.errors import AlbertError
+
 # Bump when the feature layout changes, so old caches are not read as new ones.
 CACHE_FORMAT_VERSION = 1
 PADDING_FEATURE_NAME = "is_real_example"
 
 
-class FeatureError(ValueError):
+class FeatureError(AlbertError):
     """Features that cannot be packed, written or read back (a user-facing error)."""
 
 

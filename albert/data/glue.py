@@ -41,6 +41,7 @@ from albert.data.features import (
     special_token_ids,
     tokenizer_fingerprint,
 )
+from albert.errors import AlbertError
 
 SPLITS = ("train", "dev", "test")
 MNLI_LABELS = ("contradiction", "entailment", "neutral")
@@ -49,7 +50,7 @@ BINARY_LABELS = ("0", "1")
 TASK_ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "mnli-m": "mnli", "mnli-mm": "mismnli"}
 
 
-class GlueDataError(ValueError):
+class GlueDataError(AlbertError):
     """A GLUE task name, file or row that cannot be read (a user-facing error)."""
 
 

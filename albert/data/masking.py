@@ -34,11 +34,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from albert.errors import AlbertError
+
 _ASCII_PUNCTUATION = frozenset(string.punctuation)
 _LETTERS_AND_PUNCTUATION = frozenset(string.ascii_letters + string.punctuation)
 
 
-class VocabularyError(ValueError):
+class VocabularyError(AlbertError):
     """A vocabulary that lacks what pretraining data needs."""
 
 

@@ -37,9 +37,10 @@ from typing import NamedTuple
 import numpy as np
 
 from albert.data.masking import InstanceBatch, create_masked_lm_batch
+from albert.errors import AlbertError
 
 
-class InstanceOptionsError(ValueError):
+class InstanceOptionsError(AlbertError):
     """Instance-creation flags that are out of range."""
 
 

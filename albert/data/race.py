@@ -28,6 +28,7 @@ import tensorflow as tf
 from absl import logging
 
 from albert.data import features as feature_lib
+from albert.errors import AlbertError
 
 LEVELS = ("middle", "high")
 SPLITS = ("train", "dev", "test")
@@ -35,7 +36,7 @@ ANSWER_LETTERS = "ABCD"
 NUM_CHOICES = len(ANSWER_LETTERS)
 
 
-class RaceDataError(ValueError):
+class RaceDataError(AlbertError):
     """A RACE directory, file or setting that cannot be read or packed."""
 
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from albert.errors import AlbertError
+
 SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids", "token_boundary")
 PREDICTION_FEATURES = ("masked_lm_positions", "masked_lm_ids")
 
 
-class RecordError(ValueError):
+class RecordError(AlbertError):
     """Input records that do not exist or do not match the flags."""
 
 

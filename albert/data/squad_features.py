@@ -37,12 +37,13 @@ from absl import logging
 
 from albert.data import features as feature_lib
 from albert.data.squad_alignment import align_tokens, char_span_to_token_span
+from albert.errors import AlbertError
 
 # The original numbers features from here, so ids never collide with example indices.
 FIRST_UNIQUE_ID = 1000000000
 
 
-class SquadDataError(ValueError):
+class SquadDataError(AlbertError):
     """A SQuAD file or setting that cannot be turned into features."""
 
 

@@ -42,10 +42,11 @@ import os
 
 import numpy as np
 
+from albert.errors import AlbertError
 from albert.metrics import squad as squad_metrics
 
 
-class SquadPredictionError(ValueError):
+class SquadPredictionError(AlbertError):
     """Model outputs that do not match the features they should answer."""
 
 

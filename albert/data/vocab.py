@@ -23,6 +23,7 @@ import sys
 
 import sentencepiece as spm
 
+from albert.errors import AlbertError
 from albert.tokenization import preprocess_text
 
 CONTROL_SYMBOLS = ("[CLS]", "[SEP]", "[MASK]")
@@ -30,7 +31,7 @@ USER_DEFINED_SYMBOLS = ("(", ")", '"', "-", ".", "–", "£", "€")
 CHARACTER_COVERAGE = 0.99995
 
 
-class VocabError(ValueError):
+class VocabError(AlbertError):
     """Input files or settings that cannot produce a vocabulary."""
 
 

@@ -28,11 +28,13 @@ import os
 import re
 import string
 
+from albert.errors import AlbertError
+
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
 
-class SquadEvalError(ValueError):
+class SquadEvalError(AlbertError):
     """A dataset or prediction file that cannot be evaluated."""
 
 

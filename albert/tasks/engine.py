@@ -42,6 +42,7 @@ import tensorflow as tf
 from absl import logging
 
 from albert.data.features import pad_dataset
+from albert.errors import AlbertError
 from albert.metrics import write_eval_results
 from albert.training import checkpointing, loop, predict
 from albert.training.inputs import per_replica_batch_size
@@ -56,7 +57,7 @@ SHUFFLE_BUFFER_SIZE = 10000
 _GLOBAL_STEP_KEY = "global_step/.ATTRIBUTES/VARIABLE_VALUE"
 
 
-class FineTuningError(ValueError):
+class FineTuningError(AlbertError):
     """Weights or flags that cannot give the requested fine-tuning result."""
 
 

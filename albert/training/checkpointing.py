@@ -26,13 +26,15 @@ import re
 import tensorflow as tf
 from absl import logging
 
+from albert.errors import AlbertError
+
 CHECKPOINT_NAME = "model.ckpt"
 BEST_PREFIX = "model.ckpt-best"
 BEST_INFO_FILE = "best_checkpoint.txt"
 INPUT_STATE_DIR = "input_state"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(AlbertError):
     """A checkpoint that does not match the model or the run."""
 
 

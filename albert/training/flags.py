@@ -19,6 +19,8 @@ import warnings
 
 from absl import app, flags, logging
 
+from albert.errors import AlbertError
+
 FLAGS = flags.FLAGS
 # Kept in step with albert.training.strategy / optimization (not imported here: TensorFlow).
 STRATEGIES = ("tpu", "mirrored", "multi_worker", "default")
@@ -26,7 +28,7 @@ PRECISIONS = ("none", "bfloat16", "float16")
 OPTIMIZERS = ("lamb", "adamw")
 
 
-class FlagError(ValueError):
+class FlagError(AlbertError):
     """A missing or inconsistent command-line flag."""
 
 

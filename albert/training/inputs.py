@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from albert.errors import AlbertError
 from albert.training.strategy import worker_info
 
 
-class InputError(ValueError):
+class InputError(AlbertError):
     """A batch size that cannot be split across the replicas."""
 
 

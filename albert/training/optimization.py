@@ -24,11 +24,13 @@ import re
 import keras
 from keras import ops
 
+from albert.errors import AlbertError
+
 EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 OPTIMIZERS = ("lamb", "adamw")
 
 
-class OptimizerError(ValueError):
+class OptimizerError(AlbertError):
     """An optimizer name or setting the training code cannot use."""
 
 

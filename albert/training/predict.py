@@ -18,11 +18,13 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from albert.errors import AlbertError
+
 EXAMPLE_INDEX = "example_index"
 IS_REAL_EXAMPLE = "is_real_example"
 
 
-class PredictError(ValueError):
+class PredictError(AlbertError):
     """Predictions that cannot be put back in order (a dataset without its index)."""
 
 

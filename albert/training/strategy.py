@@ -19,12 +19,14 @@ import tempfile
 import keras
 import tensorflow as tf
 
+from albert.errors import AlbertError
+
 STRATEGIES = ("tpu", "mirrored", "multi_worker", "default")
 PRECISIONS = ("none", "bfloat16", "float16")
 _POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 
 
-class StrategyError(ValueError):
+class StrategyError(AlbertError):
     """A strategy or precision setting that cannot run here."""
 
 
