@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import json
 import os
 
@@ -23,8 +24,50 @@ ACTIVATIONS = ("gelu", "gelu_new", "gelu_exact", "relu", "tanh", "swish", "silu"
 # to each layer; "not_shared" gives every layer its own block (the same as G = L).
 LAYER_SHARING_MODES = ("all_shared", "shared_attention", "shared_ffn", "not_shared")
 
-# Keys that released configs carry but the model does not use; kept for round trips.
-_IGNORED_KEYS = ("net_structure_type", "gap_size", "num_memory_blocks", "layers_to_keep")
+# Keys that released configs carry but the model does not use; kept for round trips. The
+# original's AlbertConfig.from_dict set any key it was given, so its files may hold these.
+IGNORED_KEYS = ("net_structure_type", "gap_size", "num_memory_blocks", "layers_to_keep")
+
+# Keys every published albert_config.json states; a file without one of them is refused
+# rather than filled with a default (the original's hidden_size default is xxlarge's 4096).
+REQUIRED_KEYS = (
+    "vocab_size",
+    "embedding_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_hidden_groups",
+    "num_attention_heads",
+    "intermediate_size",
+    "inner_group_num",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "initializer_range",
+)
+
+# An HF transformers `config.json` (model_type "albert"): its ALBERT keys have the original's
+# names, missing ones take HF's defaults, and these HF-only keys are read and dropped.
+HF_ONLY_KEYS = (
+    "model_type", "architectures", "transformers_version", "torch_dtype", "dtype",
+    "_name_or_path", "_commit_hash", "layer_norm_eps", "classifier_dropout_prob",
+    "position_embedding_type", "pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id",
+    "decoder_start_token_id", "id2label", "label2id", "num_labels", "problem_type",
+    "finetuning_task", "tokenizer_class", "prefix", "task_specific_params", "output_past",
+    "use_cache", "gradient_checkpointing", "return_dict", "output_hidden_states",
+    "output_attentions", "torchscript", "use_bfloat16", "tf_legacy_loss", "pruned_heads",
+    "tie_word_embeddings", "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder",
+    "add_cross_attention", "tie_encoder_decoder", "cross_attention_hidden_size",
+)  # fmt: skip
+# HF names its activations differently: its "gelu" is the exact erf form.
+_ACTIVATION_FROM_HF = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu_exact"}
+_HF_DEFAULTS = dict(
+    vocab_size=30000, embedding_size=128, hidden_size=4096, num_hidden_layers=12,
+    num_hidden_groups=1, num_attention_heads=64, intermediate_size=16384, inner_group_num=1,
+    hidden_act="gelu_new", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    max_position_embeddings=512, type_vocab_size=2, initializer_range=0.02,
+)  # fmt: skip
 
 
 class ConfigError(AlbertError):
@@ -108,6 +151,9 @@ class AlbertConfig:
             raise ConfigError(
                 f"`initializer_range` must be positive. Received: {self.initializer_range!r}"
             )
+        unknown = sorted(set(self.extra) - set(IGNORED_KEYS))
+        if unknown:
+            raise ConfigError(_unknown_key_message(unknown[0], "The config"))
 
     @property
     def head_size(self) -> int:
@@ -120,18 +166,52 @@ class AlbertConfig:
     # --- Serialisation -----------------------------------------------------------------
 
     @classmethod
-    def from_dict(cls, values: dict) -> AlbertConfig:
-        """Builds a config from original-format keys; unknown keys are kept, not used."""
-        fields = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+    def from_dict(cls, values: dict, source: str = "The config") -> AlbertConfig:
+        """Builds a config from the keys of an `albert_config.json`, strictly.
+
+        Every key of `REQUIRED_KEYS` must be present; `down_scale_factor` and `layer_sharing`
+        may be; `IGNORED_KEYS` are kept (written back) but not used. An HF transformers
+        config (it has `model_type`, `architectures` or `transformers_version`) is read with
+        HF's names and defaults. To build a config from a few keys over the defaults, call
+        `AlbertConfig(**keys)` instead.
+
+        Args:
+            values: the JSON object's keys and values.
+            source: what to call the config in errors (its file name).
+
+        Raises:
+            ConfigError: an unknown key (named with the closest known one), a missing
+                required key, or a value that cannot describe an ALBERT model.
+        """
+        if any(key in values for key in ("model_type", "architectures", "transformers_version")):
+            values = _from_hf_names(values, source)
+        fields = _field_names()
+        for key in values:
+            if key not in fields and key not in IGNORED_KEYS:
+                raise ConfigError(_unknown_key_message(key, source))
+        missing = [key for key in REQUIRED_KEYS if key not in values]
+        if missing:
+            listed = ", ".join(f"`{key}`" for key in missing)
+            raise ConfigError(
+                f"{source} has no {listed}; an albert_config.json states every model key "
+                "(see configs/albert_base_v2.json)."
+            )
         known = {k: v for k, v in values.items() if k in fields}
         extra = {k: v for k, v in values.items() if k not in fields}
-        if "vocab_size" not in known:
-            raise ConfigError("The config has no `vocab_size`; is this an albert_config.json?")
-        return cls(**known, extra=extra)
+        try:
+            return cls(**known, extra=extra)
+        except ConfigError as e:
+            if source == "The config":
+                raise
+            raise ConfigError(f"{source}: {e}") from None
 
     @classmethod
     def from_json_file(cls, path: str) -> AlbertConfig:
-        """Reads an `albert_config.json` (local path or any path tf.io.gfile understands)."""
+        """Reads an `albert_config.json` (local path or any path tf.io.gfile understands).
+
+        Raises:
+            ConfigError: the file is missing, is not a JSON object, or `from_dict` refuses it.
+        """
         text = _read_text(path)
         try:
             values = json.loads(text)
@@ -139,7 +219,7 @@ class AlbertConfig:
             raise ConfigError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}).") from None
         if not isinstance(values, dict):
             raise ConfigError(f"{path} must hold a JSON object of config keys.")
-        return cls.from_dict(values)
+        return cls.from_dict(values, source=path)
 
     def to_dict(self) -> dict:
         """The original's keys (plus `layer_sharing` only when it is not the default)."""
@@ -161,6 +241,34 @@ class AlbertConfig:
         return dataclasses.replace(copy.deepcopy(self), **changes)
 
 
+def _field_names() -> set:
+    return {f.name for f in dataclasses.fields(AlbertConfig)} - {"extra"}
+
+
+def _unknown_key_message(key: str, source: str) -> str:
+    known = sorted(_field_names() | set(IGNORED_KEYS))
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    hint = f"did you mean `{close[0]}`?" if close else f"known keys: {', '.join(known)}."
+    return f"{source} has an unknown key `{key}`; {hint}"
+
+
+def _from_hf_names(values: dict, source: str) -> dict:
+    """The original's keys for an HF transformers ALBERT `config.json`."""
+    if values.get("model_type", "albert") != "albert":
+        raise ConfigError(f"{source} is a {values['model_type']!r} config, not an ALBERT one.")
+    if values.get("layer_norm_eps", 1e-12) != 1e-12:
+        raise ConfigError(
+            f"{source} has layer_norm_eps={values['layer_norm_eps']}; ALBERT uses 1e-12."
+        )
+    if values.get("position_embedding_type", "absolute") != "absolute":
+        raise ConfigError(
+            f"{source} uses {values['position_embedding_type']} positions; ALBERT uses absolute ones."
+        )
+    keys = {**_HF_DEFAULTS, **{k: v for k, v in values.items() if k not in HF_ONLY_KEYS}}
+    keys["hidden_act"] = _ACTIVATION_FROM_HF.get(keys["hidden_act"], keys["hidden_act"])
+    return keys
+
+
 def _read_text(path: str) -> str:
     if "://" in path:
         import tensorflow as tf  # only for remote paths such as gs://
@@ -171,16 +279,16 @@ def _read_text(path: str) -> str:
             return f.read()
     if not os.path.isfile(path):
         raise ConfigError(f"Config file not found: {path}")
-    with open(path, encoding="utf-8") as f:
-        return f.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"{path} is not a UTF-8 JSON file; is it an albert_config.json?"
+        ) from None
 
 
 def _write_text(path: str, text: str):
-    if "://" in path:
-        import tensorflow as tf
+    from albert import fileio  # imports TensorFlow; written whole, through tf.io.gfile
 
-        with tf.io.gfile.GFile(path, "w") as f:
-            f.write(text)
-        return
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    fileio.write_text(path, text)

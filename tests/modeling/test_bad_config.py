@@ -73,7 +73,9 @@ def test_bad_files(tmp_path):
 
 
 def test_released_extra_keys_are_kept_not_used(tmp_path):
-    values = {**VALID, "net_structure_type": 0, "gap_size": 0, "layers_to_keep": []}
+    # A file states every key (from_json_file is strict), so write VALID's full key set.
+    full = AlbertConfig(**VALID).to_dict()
+    values = {**full, "net_structure_type": 0, "gap_size": 0, "layers_to_keep": []}
     (tmp_path / "albert_config.json").write_text(json.dumps(values))
     config = AlbertConfig.from_json_file(str(tmp_path / "albert_config.json"))
     assert config.extra == {"net_structure_type": 0, "gap_size": 0, "layers_to_keep": []}
