@@ -79,7 +79,7 @@ class AlbertConfig:
     """Hyperparameters of an ALBERT model, keyed as the original `albert_config.json`.
 
     Example:
-        >>> config = AlbertConfig.from_json_file("configs/albert_base_v2.json")
+        >>> config = AlbertConfig.from_json_file("albert_base_v2")  # a shipped config, or a path
         >>> config.hidden_size
         768
     """
@@ -194,7 +194,7 @@ class AlbertConfig:
             listed = ", ".join(f"`{key}`" for key in missing)
             raise ConfigError(
                 f"{source} has no {listed}; an albert_config.json states every model key "
-                "(see configs/albert_base_v2.json)."
+                "(see albert/configs/albert_base_v2.json)."
             )
         known = {k: v for k, v in values.items() if k in fields}
         extra = {k: v for k, v in values.items() if k not in fields}
@@ -212,6 +212,9 @@ class AlbertConfig:
         Raises:
             ConfigError: the file is missing, is not a JSON object, or `from_dict` refuses it.
         """
+        from albert import configs  # imported here: albert.configs imports this module
+
+        path = configs.resolve(path)  # a bare name such as albert_base_v2: a shipped config
         text = _read_text(path)
         try:
             values = json.loads(text)

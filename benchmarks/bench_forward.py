@@ -1,6 +1,6 @@
 """Forward-pass throughput of AlbertBackbone beside HF transformers, measured in one run.
 
-    python benchmarks/bench_forward.py [--config=configs/albert_base_v2.json] [--seq=128]
+    python benchmarks/bench_forward.py [--config=albert/configs/albert_base_v2.json] [--seq=128]
         [--batch=8] [--steps=7]
 
 Each measurement runs in its own subprocess (so TensorFlow and PyTorch never share the cores),
@@ -85,7 +85,9 @@ ROWS = [
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=os.path.join(ROOT, "configs/albert_base_v2.json"))
+    parser.add_argument(
+        "--config", default=os.path.join(ROOT, "albert/configs/albert_base_v2.json")
+    )
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=7)

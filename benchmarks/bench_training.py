@@ -1,6 +1,6 @@
 """Pretraining-step throughput (MLM + SOP, forward + backward + update) beside peers.
 
-    python benchmarks/bench_training.py [--config=configs/albert_base_v2.json] [--seq=128]
+    python benchmarks/bench_training.py [--config=albert/configs/albert_base_v2.json] [--seq=128]
         [--batch=8] [--steps=5] [--rows=ours,hf,keras_hub]
 
 Each row runs in its own subprocess. They are started one after the other (compiling and
@@ -241,7 +241,9 @@ class Row:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=os.path.join(ROOT, "configs/albert_base_v2.json"))
+    parser.add_argument(
+        "--config", default=os.path.join(ROOT, "albert/configs/albert_base_v2.json")
+    )
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=5, help="Timed steps (turns) per row.")

@@ -1,6 +1,6 @@
 """Where a pretraining step's time goes: the XLA ops of `bench_training.py`'s "ours" row.
 
-    python benchmarks/profile_training.py [--config=configs/albert_base_v2.json] [--seq=128]
+    python benchmarks/profile_training.py [--config=albert/configs/albert_base_v2.json] [--seq=128]
         [--batch=8] [--steps=2] [--precision=float32] [--top=12]
 
 Runs the step under the TensorFlow profiler, groups the compiled program's ops by kind
@@ -77,7 +77,9 @@ def op_times(logdir):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=os.path.join(ROOT, "configs/albert_base_v2.json"))
+    parser.add_argument(
+        "--config", default=os.path.join(ROOT, "albert/configs/albert_base_v2.json")
+    )
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=2, help="Profiled steps.")

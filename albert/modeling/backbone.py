@@ -50,7 +50,7 @@ class AlbertBackbone(keras.Model):
         and `pooled_output` [B, H] (tanh of a dense layer over the first token).
 
     Example:
-        >>> backbone = AlbertBackbone(AlbertConfig.from_json_file("configs/albert_tiny.json"))
+        >>> backbone = AlbertBackbone(AlbertConfig.from_json_file("albert_tiny"))
         >>> out = backbone({"input_ids": np.ones((2, 7), "int32")})
         >>> out["sequence_output"].shape
         (2, 7, 64)

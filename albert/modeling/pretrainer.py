@@ -27,7 +27,7 @@ class AlbertPretrainer(keras.Model):
         [B, 2].
 
     Example:
-        >>> model = AlbertPretrainer(AlbertConfig.from_json_file("configs/albert_tiny.json"))
+        >>> model = AlbertPretrainer(AlbertConfig.from_json_file("albert_tiny"))
         >>> out = model({"input_ids": ids, "input_mask": mask, "segment_ids": seg,
         ...              "masked_lm_positions": positions})
     """

@@ -7,13 +7,15 @@ import re
 import subprocess
 import sys
 
+from albert import configs
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_bench_training_reports_a_row_per_precision_on_a_tiny_model():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     command = [sys.executable, str(ROOT / "benchmarks" / "bench_training.py")]
-    command += [f"--config={ROOT / 'configs' / 'albert_tiny.json'}", "--seq=32", "--batch=2"]
+    command += [f"--config={configs.path('albert_tiny')}", "--seq=32", "--batch=2"]
     command += ["--rows=ours", "--precisions=float32", "--steps=2", "--verbose"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-2000:]

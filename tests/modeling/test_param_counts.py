@@ -11,6 +11,7 @@ import pathlib
 import keras
 import pytest
 
+from albert import configs
 from albert.config import AlbertConfig
 from albert.modeling import AlbertBackbone, AlbertPretrainer
 
@@ -40,7 +41,7 @@ def test_counts_cover_the_eight_released_configs():
 
 @pytest.mark.parametrize("name", RELEASED)
 def test_pretrainer_has_exactly_hf_parameter_count(name):
-    config = AlbertConfig.from_json_file(str(ROOT / "configs" / f"{name}.json"))
+    config = AlbertConfig.from_json_file(configs.path(name))
     assert build_without_weights(AlbertPretrainer, config).count_params() == HF_COUNTS[name]
 
 
@@ -52,7 +53,7 @@ def paper_count(embedding_size, layer_sharing):
     The original code creates `embedding_hidden_mapping_in` only when E != H, so at E = H = 768
     our always-present E->H mapping is not counted.
     """
-    base = AlbertConfig.from_json_file(str(ROOT / "configs" / "albert_base_v2.json"))
+    base = AlbertConfig.from_json_file(configs.path("albert_base_v2"))
     config = base.replace(embedding_size=embedding_size, layer_sharing=layer_sharing)
     backbone = build_without_weights(AlbertBackbone, config)
     count = backbone.embeddings.count_params() + backbone.encoder.count_params()
