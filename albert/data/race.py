@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from albert import fileio
 from albert.data import features as feature_lib
 from albert.errors import AlbertError
 
@@ -45,7 +46,8 @@ class RaceExample:
     """One question of one article.
 
     Attributes:
-        example_id: `{file id}-{question index}`, e.g. "high1234.txt-0".
+        example_id: `{file id}-{question index}`, e.g. "high1234.txt-0"; a file without
+            "id" is identified by level and name, e.g. "high/12.txt-0".
         article, question: the texts.
         options: the 4 answer options.
         label: index of the right option (0..3).
@@ -122,7 +124,9 @@ def _read_article(path, level):
             f"RACE file {path!r} has {len(questions)} questions, {len(options)} option lists "
             f"and {len(answers)} answers; they must be equally many."
         )
-    file_id = data.get("id", os.path.basename(path))
+    # Released files carry "id" (e.g. "high1234.txt"); without one, the level and file name
+    # identify the article as the released layout does (middle/12.txt and high/12.txt differ).
+    file_id = data.get("id") or f"{level}/{os.path.basename(path)}"
     examples = []
     for index, (question, choices, answer) in enumerate(
         zip(questions, options, answers, strict=True)
@@ -158,11 +162,20 @@ def read_race_examples(data_dir, split, high_only=False, middle_only=False) -> l
         list of `RaceExample`, middle before high, files in name order.
 
     Raises:
-        RaceDataError: a missing directory, or a malformed file (named in the message).
+        RaceDataError: a missing directory, a malformed file, or two files with one id
+            (both named in the message).
     """
-    examples = []
+    examples, files_by_id = [], {}
     for level, path in race_files(data_dir, split, race_levels(high_only, middle_only)):
-        examples.extend(_read_article(path, level))
+        article_examples = _read_article(path, level)
+        for example in article_examples:
+            other = files_by_id.setdefault(example.example_id, path)
+            if other != path:
+                raise RaceDataError(
+                    f"RACE files {other!r} and {path!r} both give the question id "
+                    f'{example.example_id!r}; give each article file its own "id".'
+                )
+        examples.extend(article_examples)
     return examples
 
 
@@ -341,7 +354,7 @@ def accuracy_by_level(examples, predictions) -> dict:
 
 
 def write_predictions(path, examples, predictions) -> None:
-    """Writes `{example_id: "A".."D"}` as JSON.
+    """Writes `{example_id: "A".."D"}` as JSON, atomically (any tf.io.gfile path).
 
     Args:
         path: the JSON file to write.
@@ -352,6 +365,4 @@ def write_predictions(path, examples, predictions) -> None:
     letters = {
         ex.example_id: ANSWER_LETTERS[int(p)] for ex, p in zip(examples, predicted, strict=True)
     }
-    tf.io.gfile.makedirs(os.path.dirname(path) or ".")
-    with tf.io.gfile.GFile(path, "w") as f:
-        json.dump(letters, f, indent=1)
+    fileio.write_text(path, json.dumps(letters, indent=1))

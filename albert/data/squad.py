@@ -81,21 +81,27 @@ def _load_json(path):
         raise SquadDataError(f"SQuAD file {path!r} is not valid UTF-8 JSON ({e}).") from None
 
 
-def read_squad_examples(input_file: str) -> list:
+def read_squad_examples(input_file: str, version_2_with_negative: bool | None = None) -> list:
     """Reads a SQuAD v1.1 or v2.0 JSON file.
 
     Args:
         input_file: path (local or gs://) of e.g. train-v1.1.json or dev-v2.0.json.
+        version_2_with_negative: False refuses a v2.0 file (one with `"version": "v2.0"`,
+            `is_impossible` questions or plausible answers), whose unanswerable questions a
+            v1.1 model would silently learn wrong; None reads either.
 
     Returns:
         list of `SquadExample`, in file order.
 
     Raises:
-        SquadDataError: the file is missing, not JSON, or lacks a SQuAD key.
+        SquadDataError: the file is missing, not JSON, lacks a SQuAD key, holds a question
+            id twice, or is a v2.0 file while `version_2_with_negative` is False.
     """
     data = _load_json(input_file)
     examples = []
+    places = {}
     where = "the top level"
+    is_v2 = isinstance(data, dict) and str(data.get("version", "")).startswith("v2")
     try:
         for a, article in enumerate(data["data"]):
             for p, paragraph in enumerate(article["paragraphs"]):
@@ -103,17 +109,33 @@ def read_squad_examples(input_file: str) -> list:
                 context = paragraph["context"]
                 for q, qa in enumerate(paragraph["qas"]):
                     where = f"article {a} paragraph {p} question {q}"
-                    examples.append(_read_question(qa, context))
+                    example = _read_question(qa, context)
+                    if example.qas_id in places:
+                        raise SquadDataError(
+                            f"SQuAD file {input_file!r} has the question id "
+                            f"{example.qas_id!r} twice ({places[example.qas_id]} and {where}); "
+                            "question ids must be unique."
+                        )
+                    places[example.qas_id] = where
+                    is_v2 = is_v2 or example.is_impossible or "plausible_answers" in qa
+                    examples.append(example)
     except KeyError as e:
         raise SquadDataError(
             f"SQuAD file {input_file!r} lacks the key {e} at {where}; is it a SQuAD v1.1 or "
             "v2.0 JSON file?"
         ) from None
+    except SquadDataError:
+        raise
     except (TypeError, ValueError, IndexError) as e:
         raise SquadDataError(
             f"SQuAD file {input_file!r} is malformed at {where} ({e}); is it a SQuAD v1.1 or "
             "v2.0 JSON file?"
         ) from None
+    if is_v2 and version_2_with_negative is False:
+        raise SquadDataError(
+            f"SQuAD file {input_file!r} is a SQuAD 2.0 file (it has unanswerable questions); "
+            "add --version_2_with_negative."
+        )
     return examples
 
 
@@ -173,6 +195,7 @@ def load_features(
     doc_stride=128,
     max_query_length=64,
     cache_dir=None,
+    version_2_with_negative=None,
 ) -> SquadFeatures:
     """Reads a SQuAD file into model-ready features, tokenizing at most once per cache.
 
@@ -182,6 +205,7 @@ def load_features(
         is_training: training features (answer targets; no post-processing metadata).
         max_seq_length, doc_stride, max_query_length: see `iter_features`.
         cache_dir: directory of the feature cache, or None to keep everything in memory.
+        version_2_with_negative: see `read_squad_examples`.
 
     Returns:
         A `SquadFeatures`.
@@ -189,7 +213,7 @@ def load_features(
     Raises:
         SquadDataError: see `read_squad_examples` and `iter_features`.
     """
-    examples = read_squad_examples(squad_file)
+    examples = read_squad_examples(squad_file, version_2_with_negative)
     settings = (max_seq_length, doc_stride, max_query_length, is_training)
     path = None
     if cache_dir:

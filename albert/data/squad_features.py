@@ -96,6 +96,29 @@ class SquadFeature:
         return inputs
 
 
+def check_window(max_seq_length: int, doc_stride: int, max_query_length: int):
+    """Raises SquadDataError unless the settings leave context room and a stride within it.
+
+    A window holds at least `max_seq_length - max_query_length - 3` context tokens; a
+    `doc_stride` beyond that would skip context between windows (it is cut to the window).
+    """
+    if max_query_length < 1:
+        raise SquadDataError(f"--max_query_length must be positive. Received: {max_query_length}")
+    window = max_seq_length - max_query_length - 3
+    if window < 1:
+        raise SquadDataError(
+            f"--max_seq_length={max_seq_length} leaves no room for the context after "
+            f"--max_query_length={max_query_length} and 3 special tokens; raise "
+            "max_seq_length or lower max_query_length."
+        )
+    if not 1 <= doc_stride <= window:
+        raise SquadDataError(
+            f"--doc_stride={doc_stride} must be in [1, {window}], the context tokens of a "
+            f"window (--max_seq_length={max_seq_length} - --max_query_length="
+            f"{max_query_length} - 3)."
+        )
+
+
 def doc_spans(num_tokens: int, max_tokens_for_doc: int, doc_stride: int) -> list:
     """Windows (start, length) over `num_tokens` context tokens, as BERT cuts them.
 
@@ -174,12 +197,7 @@ def iter_features(examples, tokenizer, max_seq_length, doc_stride, max_query_len
     """
     cls_id, sep_id = feature_lib.special_token_ids(tokenizer)
     do_lower_case = getattr(tokenizer, "do_lower_case", True)
-    if max_seq_length - max_query_length - 3 < 1 or doc_stride < 1:
-        raise SquadDataError(
-            f"--max_seq_length={max_seq_length} leaves no room for the context after "
-            f"--max_query_length={max_query_length} and 3 special tokens (or --doc_stride="
-            f"{doc_stride} < 1); raise max_seq_length or lower max_query_length."
-        )
+    check_window(max_seq_length, doc_stride, max_query_length)
     unique_id = FIRST_UNIQUE_ID
     context_cache = (None, None)  # Questions of one paragraph share its tokens.
     for example_index, example in enumerate(examples):

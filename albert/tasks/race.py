@@ -20,6 +20,7 @@ import os
 
 import tensorflow as tf
 
+from albert import fileio
 from albert.data import race
 from albert.modeling import AlbertBackbone, AlbertMultipleChoice
 from albert.tasks import engine
@@ -113,8 +114,8 @@ class RaceTask(engine.FineTuningTask):
         path = os.path.join(output_dir, PREDICTIONS_FILE)
         race.write_predictions(path, examples, predictions["logits"])
         results_path = os.path.join(output_dir, TEST_RESULTS_FILE)
-        with tf.io.gfile.GFile(results_path, "w") as f:
-            f.write(format_eval_results(race.accuracy_by_level(examples, predictions["logits"])))
+        results = race.accuracy_by_level(examples, predictions["logits"])
+        fileio.write_text(results_path, format_eval_results(results))
         return [path, results_path]
 
 
@@ -140,6 +141,18 @@ def define_race_flags(flag_values=None):
     training_flags.define_rows(define, flag_values)
 
 
+def check_race_flags(flag_values):
+    """Raises FlagError unless --max_qa_length leaves room for the 3 special tokens."""
+    from albert.training.flags import FlagError
+
+    limit = flag_values.max_seq_length - 3
+    if not 1 <= flag_values.max_qa_length <= limit:
+        raise FlagError(
+            f"--max_qa_length={flag_values.max_qa_length} must be in [1, {limit}] "
+            f"(--max_seq_length={flag_values.max_seq_length} - 3 special tokens)."
+        )
+
+
 def run_from_flags(flag_values):
     """run_race.py: flags -> strategy, task, engine. Returns the final eval metrics.
 
@@ -155,6 +168,7 @@ def run_from_flags(flag_values):
     training_flags.require(flag_values, "data_dir")
     race.race_levels(flag_values.high_only, flag_values.middle_only)
     hyperparameters.fill_from_table(flag_values, "race")
+    check_race_flags(flag_values)
     tokenizer = finetuning_flags.tokenizer_from_flags(flag_values)
     config = finetuning_flags.config_from_flags(flag_values)
     options = training_flags.run_options_from_flags(flag_values)

@@ -113,7 +113,7 @@ class SquadTask(engine.FineTuningTask):
                 raise engine.FineTuningError(f"{flag} is required to {role}.")
             self._squad[key] = squad.load_features(
                 self.files[role], self.tokenizer, is_training, cache_dir=self.cached_dir,
-                **self.window,
+                version_2_with_negative=self.version_2_with_negative, **self.window,
             )  # fmt: skip
         return self._squad[key]
 
@@ -302,6 +302,29 @@ def define_squad_flags(flag_values=None):
     training_flags.define_rows(define, flag_values)
 
 
+def check_squad_flags(flag_values):
+    """Checks the SQuAD flags and files before anything heavy runs.
+
+    Raises:
+        FlagError: a count flag is not positive.
+        SquadDataError: --doc_stride outside the window, a question id twice in a file, or a
+            SQuAD 2.0 file without --version_2_with_negative.
+    """
+    from albert.data.squad_features import check_window
+    from albert.training import flags as training_flags
+
+    training_flags.check_ranges(flag_values, {"positive": (
+        "doc_stride", "max_query_length", "n_best_size", "max_answer_length", "start_n_top",
+        "end_n_top", "max_seq_length",
+    )})  # fmt: skip
+    check_window(flag_values.max_seq_length, flag_values.doc_stride, flag_values.max_query_length)
+    v2 = flag_values.version_2_with_negative
+    if flag_values.do_train:
+        squad.read_squad_examples(flag_values.train_file, v2)
+    if flag_values.do_eval or flag_values.do_predict:
+        squad.read_squad_examples(flag_values.predict_file, v2)
+
+
 def run_from_flags(flag_values):
     """run_squad.py: flags -> strategy, task, engine. Returns the final eval metrics.
 
@@ -320,6 +343,7 @@ def run_from_flags(flag_values):
         training_flags.require(flag_values, "predict_file")
     v2 = flag_values.version_2_with_negative
     hyperparameters.fill_from_table(flag_values, "squad2.0" if v2 else "squad1.1")
+    check_squad_flags(flag_values)
     tokenizer = finetuning_flags.tokenizer_from_flags(flag_values)
     config = finetuning_flags.config_from_flags(flag_values)
     options = training_flags.run_options_from_flags(flag_values)

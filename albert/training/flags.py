@@ -190,6 +190,41 @@ def require(flag_values, *names):
             raise FlagError(f"--{name} is required.")
 
 
+# Numeric flags and the range each must be in: "positive" (> 0), "non_negative" (>= 0) or
+# "probability" ([0, 1)). Only the flags a script declares are checked; None means unset.
+NUMERIC_RANGES = {
+    "positive": (
+        "learning_rate", "poly_power", "num_train_steps", "train_batch_size", "eval_batch_size",
+        "predict_batch_size", "max_seq_length", "save_checkpoints_steps", "keep_checkpoint_max",
+        "iterations_per_loop", "num_tpu_cores", "max_predictions_per_seq", "max_eval_steps",
+    ),
+    "non_negative": ("num_warmup_steps", "start_warmup_step"),
+    "probability": ("albert_dropout_prob", "classifier_dropout_prob"),
+}  # fmt: skip
+
+
+def check_ranges(flag_values, ranges=None):
+    """Raises FlagError naming the first numeric flag outside its range.
+
+    Args:
+        flag_values: parsed flags.
+        ranges: {"positive" | "non_negative" | "probability": flag names}; default
+            `NUMERIC_RANGES`. Flags the script does not declare, or left None, are skipped.
+    """
+    tests = {
+        "positive": (lambda v: v > 0, "must be positive"),
+        "non_negative": (lambda v: v >= 0, "must be zero or more"),
+        "probability": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
+    }
+    for kind, names in (ranges or NUMERIC_RANGES).items():
+        in_range, requirement = tests[kind]
+        for name in names:
+            value = getattr(flag_values, name) if name in flag_values else None
+            # `not in_range` also catches NaN, for which every comparison is False.
+            if value is not None and not in_range(value):
+                raise FlagError(f"--{name} {requirement}. Received: --{name}={value}")
+
+
 def strategy_from_flags(flag_values):
     """(strategy, strategy name, precision) from the strategy flags; sets the dtype policy."""
     from albert.training import strategy as strategy_lib
@@ -244,9 +279,7 @@ def run_options_from_flags(flag_values, **overrides):
             )
     elif not (flag_values.do_train or flag_values.do_eval):
         raise FlagError("Pass --do_train and/or --do_eval; there is nothing to do.")
-    for name in ("num_train_steps", "iterations_per_loop", "train_batch_size", "eval_batch_size"):
-        if getattr(flag_values, name) <= 0:
-            raise FlagError(f"--{name} must be positive. Received: {getattr(flag_values, name)}")
+    check_ranges(flag_values)
     values = dict(
         output_dir=flag_values.output_dir,
         num_train_steps=flag_values.num_train_steps,

@@ -1,0 +1,98 @@
+"""Numeric flags out of range: one-line FlagErrors naming the flag, before anything runs."""
+
+import pytest
+from absl import flags
+
+from albert.tasks import classification, race, squad
+from albert.training import flags as training_flags
+from albert.training.flags import FlagError
+
+
+def _parsed(define, *args):
+    flag_values = flags.FlagValues()
+    define(flag_values)
+    flag_values(["prog", *args])
+    return flag_values
+
+
+@pytest.mark.parametrize(
+    "arg, message",
+    [
+        ("--learning_rate=-1", "--learning_rate must be positive. Received: --learning_rate=-1.0"),
+        ("--learning_rate=nan", "--learning_rate must be positive. Received: --learning_rate=nan"),
+        ("--keep_checkpoint_max=0", "--keep_checkpoint_max must be positive"),
+        ("--save_checkpoints_steps=0", "--save_checkpoints_steps must be positive"),
+        ("--train_batch_size=0", "--train_batch_size must be positive"),
+        ("--eval_batch_size=-8", "--eval_batch_size must be positive"),
+        ("--predict_batch_size=0", "--predict_batch_size must be positive"),
+        ("--max_seq_length=0", "--max_seq_length must be positive"),
+        ("--poly_power=0", "--poly_power must be positive"),
+        ("--warmup_step=-1", "--num_warmup_steps must be zero or more"),
+        ("--albert_dropout_prob=1", r"--albert_dropout_prob must be in \[0, 1\)"),
+        ("--classifier_dropout_prob=-0.1", r"--classifier_dropout_prob must be in \[0, 1\)"),
+    ],
+)
+def test_finetuning_flag_ranges(arg, message):
+    flag_values = _parsed(classification.define_classifier_flags, arg)
+    with pytest.raises(FlagError, match=message):
+        training_flags.check_ranges(flag_values)
+
+
+def test_unset_flags_and_defaults_pass():
+    # Table-filled flags are None until the task's row fills them: not an error.
+    training_flags.check_ranges(_parsed(classification.define_classifier_flags))
+    pretraining = _parsed(training_flags.define_pretraining_flags)
+    training_flags.check_ranges(pretraining)
+
+
+@pytest.mark.parametrize(
+    "arg, name",
+    [("--max_predictions_per_seq=0", "max_predictions_per_seq"),
+     ("--max_eval_steps=0", "max_eval_steps"), ("--num_train_steps=0", "num_train_steps"),
+     ("--iterations_per_loop=0", "iterations_per_loop")],
+)  # fmt: skip
+def test_pretraining_flag_ranges(arg, name):
+    flag_values = _parsed(training_flags.define_pretraining_flags, arg)
+    with pytest.raises(FlagError, match=f"^--{name} must be positive. Received: --{name}=0$"):
+        training_flags.check_ranges(flag_values)
+
+
+def test_run_options_checks_ranges_first():
+    flag_values = _parsed(
+        training_flags.define_pretraining_flags, "--do_train", "--keep_checkpoint_max=0"
+    )
+    with pytest.raises(FlagError, match="--keep_checkpoint_max must be positive"):
+        training_flags.run_options_from_flags(flag_values)
+
+
+SQUAD_BASE = ("--max_seq_length=64", "--max_query_length=16", "--do_predict",
+              "--predict_file=unused.json")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "arg, message",
+    [
+        ("--doc_stride=46", r"--doc_stride=46 must be in \[1, 45\]"),
+        ("--doc_stride=0", "--doc_stride must be positive"),
+        ("--n_best_size=0", "--n_best_size must be positive"),
+        ("--max_answer_length=0", "--max_answer_length must be positive"),
+        ("--max_query_length=0", "--max_query_length must be positive"),
+        ("--start_n_top=0", "--start_n_top must be positive"),
+    ],
+)
+def test_squad_flag_ranges(arg, message):
+    flag_values = _parsed(squad.define_squad_flags, *SQUAD_BASE, arg)
+    with pytest.raises(ValueError, match=message):  # FlagError or SquadDataError
+        squad.check_squad_flags(flag_values)
+
+
+def test_squad_query_longer_than_the_sequence():
+    flag_values = _parsed(squad.define_squad_flags, *SQUAD_BASE, "--max_query_length=61")
+    with pytest.raises(ValueError, match="--max_seq_length=64 leaves no room for the context"):
+        squad.check_squad_flags(flag_values)
+
+
+def test_race_qa_length_range():
+    flag_values = _parsed(race.define_race_flags, "--max_seq_length=64", "--max_qa_length=62")
+    with pytest.raises(FlagError, match=r"--max_qa_length=62 must be in \[1, 61\]"):
+        race.check_race_flags(flag_values)

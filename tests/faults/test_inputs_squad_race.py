@@ -1,0 +1,102 @@
+"""SQuAD and RACE files that used to give silently wrong results: now errors or right ids."""
+
+import json
+
+import pytest
+from absl import flags
+
+from albert.data import race
+from albert.data.squad import SquadDataError, read_squad_examples
+from albert.tasks import squad as squad_task
+
+
+def _squad(path, qas, version="1.1"):
+    paragraph = {"context": "Paris is the capital of France.", "qas": qas}
+    path.write_text(json.dumps({"version": version, "data": [{"paragraphs": [paragraph]}]}))
+    return str(path)
+
+
+def _qa(qid, **extra):
+    return {"id": qid, "question": "What is the capital?",
+            "answers": [{"text": "Paris", "answer_start": 0}], **extra}  # fmt: skip
+
+
+def test_duplicate_question_id_names_the_id_and_file(tmp_path):
+    path = _squad(tmp_path / "dev.json", [_qa("q1"), _qa("q2"), _qa("q1")])
+    with pytest.raises(SquadDataError) as error:
+        read_squad_examples(path)
+    assert str(error.value) == (
+        f"SQuAD file {path!r} has the question id 'q1' twice (article 0 paragraph 0 question 0 "
+        "and article 0 paragraph 0 question 2); question ids must be unique."
+    )
+
+
+@pytest.mark.parametrize(
+    "qas, version",
+    [
+        ([_qa("q1"), _qa("q2", is_impossible=True, answers=[])], "1.1"),
+        ([_qa("q1", plausible_answers=[{"text": "Paris", "answer_start": 0}])], "1.1"),
+        ([_qa("q1")], "v2.0"),
+    ],
+    ids=["is_impossible", "plausible_answers", "version"],
+)
+def test_v2_file_without_the_flag_says_which_flag_to_add(tmp_path, qas, version):
+    path = _squad(tmp_path / "train.json", qas, version)
+    with pytest.raises(SquadDataError) as error:
+        read_squad_examples(path, version_2_with_negative=False)
+    assert str(error.value) == (
+        f"SQuAD file {path!r} is a SQuAD 2.0 file (it has unanswerable questions); "
+        "add --version_2_with_negative."
+    )
+    assert len(read_squad_examples(path, version_2_with_negative=True)) == len(qas)
+
+
+def test_v1_file_reads_with_or_without_the_flag(tmp_path):
+    path = _squad(tmp_path / "train.json", [_qa("q1"), _qa("q2")])
+    assert len(read_squad_examples(path, version_2_with_negative=False)) == 2
+    assert len(read_squad_examples(path, version_2_with_negative=True)) == 2
+
+
+def test_run_squad_checks_the_files_up_front(tmp_path):
+    v2 = _squad(tmp_path / "train-v2.0.json", [_qa("q1", is_impossible=True, answers=[])])
+    flag_values = flags.FlagValues()
+    squad_task.define_squad_flags(flag_values)
+    flag_values(["run_squad.py", "--do_train", f"--train_file={v2}", "--max_seq_length=64",
+                 "--max_query_length=16", "--doc_stride=32"])  # fmt: skip
+    with pytest.raises(SquadDataError, match="add --version_2_with_negative"):
+        squad_task.check_squad_flags(flag_values)
+
+
+def _race_article(folder, name, with_id=None, num_questions=2):
+    folder.mkdir(parents=True, exist_ok=True)
+    article = {"article": f"Text of {name}.", "questions": ["Which?"] * num_questions,
+               "options": [["a", "b", "c", "d"]] * num_questions,
+               "answers": ["A"] * num_questions}  # fmt: skip
+    if with_id:
+        article["id"] = with_id
+    (folder / name).write_text(json.dumps(article))
+
+
+def test_race_files_without_id_get_level_and_name(tmp_path):
+    for level in ("middle", "high"):
+        for name in ("1.txt", "2.txt"):
+            _race_article(tmp_path / "RACE" / "dev" / level, name)
+    examples = race.read_race_examples(str(tmp_path), "dev")
+    ids = [example.example_id for example in examples]
+    assert ids == [f"{level}/{n}.txt-{q}" for level in ("middle", "high") for n in (1, 2)
+                   for q in (0, 1)]  # fmt: skip
+    predictions = tmp_path / "out" / "predictions.json"
+    race.write_predictions(str(predictions), examples, [0] * len(examples))
+    assert len(json.loads(predictions.read_text())) == 8
+
+
+def test_race_files_with_the_same_id_are_an_error(tmp_path):
+    folder = tmp_path / "RACE" / "test" / "high"
+    _race_article(folder, "1.txt", with_id="high1.txt")
+    _race_article(folder, "2.txt", with_id="high1.txt")
+    with pytest.raises(race.RaceDataError) as error:
+        race.read_race_examples(str(tmp_path), "test", high_only=True)
+    assert str(error.value) == (
+        f"RACE files {str(folder / '1.txt')!r} and {str(folder / '2.txt')!r} both give the "
+        "question id 'high1.txt-0'; give each article file its own \"id\"."
+    )
