@@ -18,10 +18,13 @@ as the original ALBERT expects; `--data_dir=glue/MRPC` works too):
     ax        diagnostic  test only: AX.tsv or diagnostic.tsv             (as mnli; predicted by an MNLI model)
 
 Files are split on tabs only, without csv quoting: MRPC and others hold unbalanced `"` that a
-quoting reader would glue across lines. A row with too few columns is an error naming the file
-and line, except in QQP, whose files hold a few malformed rows: these are skipped (as the
-original does) and counted in a warning. Test examples keep the file's index column as their
-`guid`, which is the `index` of the GLUE submission file.
+quoting reader would glue across lines. Every row must have as many columns as the header (a
+tab inside a sentence would shift them), else it is an error naming the file and line, except
+in QQP's train and dev files, which hold a few malformed rows: these are skipped (as the
+original does) and counted in a warning. A file whose first line is a data row where a header
+belongs, an STS-B score outside [0, 5] and a binary (non-UTF-8) file are errors too. Test
+examples keep the file's index column as their `guid`, which is the `index` of the GLUE
+submission file.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ SPLITS = ("train", "dev", "test")
 MNLI_LABELS = ("contradiction", "entailment", "neutral")
 NLI_LABELS = ("entailment", "not_entailment")
 BINARY_LABELS = ("0", "1")
+STSB_SCORE_RANGE = (0.0, 5.0)  # similarity scores of the STS-B annotators
 TASK_ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "mnli-m": "mnli", "mnli-mm": "mismnli"}
 
 
@@ -245,14 +249,31 @@ def _open_text(path):
 
 
 def _read_rows(path):
-    """(line number, columns) of every non-empty line; tabs only, no quoting."""
-    with _open_text(path) as f:
-        for line_number, line in enumerate(f, start=1):
-            line = line.rstrip("\r\n")
-            if line_number == 1:
-                line = line.lstrip("\ufeff")  # a UTF-8 byte order mark
-            if line:
-                yield line_number, line.split("\t")
+    """(line number, columns) of every non-empty line; tabs only, no quoting.
+
+    Raises:
+        GlueDataError: the file is not UTF-8 text (a binary or UTF-16 file).
+    """
+    line_number = 0
+    try:
+        with _open_text(path) as f:
+            for line_number, line in enumerate(f, start=1):
+                line = line.rstrip("\r\n")
+                if line_number == 1:
+                    line = line.lstrip("\ufeff")  # a UTF-8 byte order mark
+                if "\x00" in line:
+                    raise GlueDataError(_not_text_message(path, line_number))
+                if line:
+                    yield line_number, line.split("\t")
+    except UnicodeError:
+        raise GlueDataError(_not_text_message(path, line_number + 1)) from None
+
+
+def _not_text_message(path, line_number):
+    return (
+        f"{path} line {line_number} is not UTF-8 text: is it a binary or UTF-16 file? Pass "
+        "the GLUE TSV file as downloaded."
+    )
 
 
 def _parse_label(task, raw, path, line_number):
@@ -264,6 +285,11 @@ def _parse_label(task, raw, path, line_number):
         if not math.isfinite(score):
             raise GlueDataError(
                 f"{path} line {line_number} has the score {raw!r}, which is not a number."
+            )
+        if not STSB_SCORE_RANGE[0] <= score <= STSB_SCORE_RANGE[1]:
+            raise GlueDataError(
+                f"{path} line {line_number} has the score {raw!r}, outside {task.folder}'s "
+                f"range [{STSB_SCORE_RANGE[0]}, {STSB_SCORE_RANGE[1]}]."
             )
         return score
     if raw not in task.labels:
@@ -297,9 +323,12 @@ def read_examples(task_name, data_dir, split):
     skip_malformed = task.skip_malformed and split != "test"
     examples, num_columns, skipped = [], None, 0
     for line_number, row in _read_rows(path):
-        if num_columns is None and columns.header:
+        if num_columns is None:
+            # Every row has as many columns as the header (or, without one, the first row).
             num_columns = len(row)
-            continue
+            if columns.header:
+                _check_header(task, columns, row, path, split)
+                continue
         if skip_malformed and len(row) != num_columns:
             skipped += 1
             continue
@@ -310,6 +339,12 @@ def read_examples(task_name, data_dir, split):
                     f"{task.name} needs {count} to read its {field}; is this the "
                     f"{task.folder} {split} file?"
                 )
+        if len(row) != num_columns:
+            raise GlueDataError(
+                f"{path} line {line_number} has {len(row)} tab-separated columns, but "
+                f"{'the header' if columns.header else 'line 1'} has {num_columns}; a tab "
+                "inside a sentence shifts the columns: replace it with a space."
+            )
         guid = row[columns.index] if columns.index is not None else f"{split}-{line_number}"
         text_b = row[columns.text_b] if columns.text_b is not None else None
         label = None
@@ -321,6 +356,28 @@ def read_examples(task_name, data_dir, split):
             "Skipped %d malformed rows of %s (column count unlike the header's).", skipped, path
         )
     return examples
+
+
+def _check_header(task, columns, row, path, split):
+    """Raises GlueDataError when the first line of a file with a header is a data row.
+
+    Header cells are names ("index", "label", "Quality", "score"), so an integer in the
+    index column or a valid label in the label column means the header is missing, and the
+    first example would have been dropped as if it were the header.
+    """
+    looks_like_data = columns.index is not None and len(row) > columns.index
+    looks_like_data = looks_like_data and row[columns.index].strip().isdigit()
+    if columns.label is not None and len(row) > max(columns.label, -columns.label - 1):
+        try:
+            _parse_label(task, row[columns.label], path, 1)
+            looks_like_data = True
+        except GlueDataError:
+            pass
+    if looks_like_data:
+        raise GlueDataError(
+            f"{path} line 1 is a data row, but {task.folder} {split} files start with a header "
+            "row; put the header line back (as in the GLUE download)."
+        )
 
 
 def label_id(task, label):
