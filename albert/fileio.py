@@ -18,8 +18,21 @@ TEMPORARY_MARK = ".tmp-"
 
 
 def temporary_path(path: str) -> str:
-    """A unique sibling of `path` for writing before the rename (`path.tmp-<hex>`)."""
-    return f"{path}{TEMPORARY_MARK}{uuid.uuid4().hex}"
+    """A unique hidden sibling of `path` for writing before the rename (`.name.tmp-<hex>`).
+
+    Hidden, so that shell and Python globs such as `data/part-*` never pick up a file that a
+    killed writer left behind (`tf.io.gfile.glob` does match it: readers skip `is_temporary`).
+    """
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f".{name}{TEMPORARY_MARK}{uuid.uuid4().hex}")
+
+
+def leftover_temporaries(path: str) -> list:
+    """Temporary files that killed writers of `path` left behind."""
+    import tensorflow as tf
+
+    folder, name = os.path.split(path)
+    return tf.io.gfile.glob(os.path.join(folder, f".{name}{TEMPORARY_MARK}*"))
 
 
 def is_temporary(path: str) -> bool:

@@ -25,9 +25,12 @@ Invalid UTF-8 is replaced with U+FFFD and the lines holding it are counted.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import html
 import re
+
+from albert.errors import AlbertError
 
 # Far above a real sentence or WikiExtractor paragraph; only broken input reaches these.
 MAX_LINE_BYTES = 1 << 16
@@ -36,10 +39,55 @@ MAX_DOCUMENT_CHARS = 1 << 18
 # the random "other document" a few dozen Wikipedia articles to choose from.
 UNIT_CHARS = 1 << 17
 
+# How much of each file is sniffed up front for a wrong encoding or binary data.
+SNIFF_BYTES = 1 << 16
+_WIDE_BOMS = {
+    codecs.BOM_UTF32_LE: "UTF-32",  # Before UTF-16: it starts with the UTF-16 LE mark.
+    codecs.BOM_UTF32_BE: "UTF-32",
+    codecs.BOM_UTF16_LE: "UTF-16",
+    codecs.BOM_UTF16_BE: "UTF-16",
+}
+
 _DOC_START = re.compile(r"^<doc\b[^>]*>$")
 _DOC_TITLE = re.compile(r'\btitle="([^"]*)"')
 _DOC_END = "</doc>"
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
+
+
+class CorpusError(AlbertError):
+    """An input file that is not UTF-8 text."""
+
+
+def check_text_file(path: str, sniff_bytes: int = SNIFF_BYTES) -> None:
+    """Raises CorpusError when the start of `path` is UTF-16/32 or binary rather than UTF-8.
+
+    Lines of invalid UTF-8 are tolerated in a text file (they are replaced and counted), but
+    when most lines of the first `sniff_bytes` are invalid or hold NUL bytes the file is not
+    text, and tokenizing it would make instances of `<unk>`.
+    """
+    with open(path, "rb") as f:
+        head = f.read(sniff_bytes)
+    for bom, name in _WIDE_BOMS.items():
+        if head.startswith(bom):
+            raise CorpusError(
+                f"{path} is {name} text (it starts with a {name} byte-order mark); convert it "
+                f"to UTF-8 first, e.g. iconv -f {name} -t UTF-8."
+            )
+    if len(head) == sniff_bytes:  # Do not judge a line cut off at the end of the sample.
+        head = head[: head.rfind(b"\n") + 1] or head[: len(head) - _incomplete_utf8_tail(head)]
+    lines = [line for line in head.split(b"\n") if line.strip()]
+    bad = 0
+    for line in lines:
+        try:
+            line.decode("utf-8")
+            bad += b"\0" in line
+        except UnicodeDecodeError:
+            bad += 1
+    if lines and bad * 2 > len(lines):
+        raise CorpusError(
+            f"{path} does not look like UTF-8 text: {bad} of the first {len(lines)} lines are "
+            "invalid UTF-8 or hold NUL bytes; pass text files (one sentence per line)."
+        )
 
 
 @dataclasses.dataclass

@@ -1,36 +1,33 @@
-"""Text files -> sharded pretraining TFRecords: streaming, parallel and reproducible.
+"""Text files -> globally shuffled, sharded pretraining TFRecords: streaming, parallel, reproducible.
 
 The work is split into units: blocks of whole documents of one input file, about
 `UNIT_CHARS` characters each (see `albert.data.corpus`). The main process streams the input
 and hands units to worker processes; a worker tokenizes each document once, makes
-`dupe_factor` passes over the unit (each pass shuffled and masked as one batch) and returns
-the encoded records. The main process writes them in unit order:
+`dupe_factor` passes over the unit (each pass masked as one batch), encodes the records and
+draws each instance's shuffle key. Then, as the original's global shuffle but in bounded
+memory (`albert.data.shuffle`):
 
-- Unit u of input file f draws from generators seeded with (random_seed, f as given, u), so
-  the output files are byte-identical whatever --num_workers is, and a unit's instances do
-  not depend on the other files.
-- Pass d of the unit with global index g goes to output shard (g * dupe_factor + d) mod the
-  number of shards: the shards fill evenly and the dupes of a document spread over shards.
-- Memory is bounded by the units in flight (2 per worker), never by the corpus: documents are
-  streamed, and the random "other document" of SOP / NSP comes from the same unit.
+- Scatter: the main process appends each (key, record) to a temporary bucket file chosen by
+  the key (buckets are sized from the corpus so one fits in memory: `bucket_bytes`).
+- Gather: each output shard is its buckets, each sorted by key, written to a hidden temporary
+  name; when every shard is complete they are renamed to their final names together.
+
+So every window of every shard is a random sample of the corpus (with one output file too),
+and the bytes depend only on the flags and the seed: not on --num_workers, the bucket count or
+the engine (`albert.data.beam_pipeline` runs the same code on Apache Beam, for corpora beyond
+one machine).
+
+- Unit u of input file f draws from generators seeded with (random_seed, f as given, u), so a
+  unit's instances do not depend on the other files.
+- Memory is bounded by the units in flight (2 per worker), the scatter buffer and one bucket,
+  never by the corpus: documents are streamed, and the random "other document" of SOP / NSP
+  comes from the same unit. The temporary bucket files take about the output's size on disk.
+- A failed or killed run leaves existing outputs as they were: nothing is written under a
+  final name before every shard is complete. Shards of an earlier run with another shard
+  count are an error (or deleted with `delete_stale_shards`), so a glob never mixes two runs.
 
 Only the main process imports TensorFlow (for `tf.io.TFRecordWriter`); workers encode records
 with `albert.data.example_proto`.
-
-Fanning out over many machines (a Wikipedia + BookCorpus sized corpus, ~16 GB of text):
-    1. Split the text into many files of ~100 MB-1 GB (WikiExtractor already writes
-       `AA/wiki_00` ...; `split -C 500M books.txt books_` keeps lines whole). A document never
-       spans files. Inputs are read from local disk: copy each machine's slice there first.
-    2. Give each machine its own slice of the files and its own output prefix, with the same
-       flags and seed everywhere, e.g. on machine K of N (K = 0..N-1):
-           FILES=$(ls text/* | awk -v n=$N -v k=$K '(NR - 1) % n == k' | paste -sd, -)
-           python create_pretraining_data.py --input_file="$FILES" \\
-               --output_file=gs://bucket/data/part-$K --num_output_shards=64 ...
-       Each machine uses all its cores (--num_workers defaults to them); outputs may be on
-       GCS (tf.io.TFRecordWriter writes there).
-    3. Train on every shard: run_pretraining.py --input_file='gs://bucket/data/part-*'.
-    A unit's instances depend only on its file path (as given), its position in the file, the
-    seed and the flags, so rerunning one machine's slice reproduces its shards exactly.
 """
 
 from __future__ import annotations
@@ -43,12 +40,16 @@ import multiprocessing
 import os
 import random
 import resource
+import shutil
+import socket
+import tempfile
 import time
 
 import numpy as np
 from absl import logging
 
-from albert.data import corpus
+from albert import fileio
+from albert.data import corpus, shuffle
 from albert.data.example_proto import ExampleEncoder
 from albert.data.masking import MaskingVocabulary, VocabularyError
 from albert.data.pretraining import (
@@ -86,6 +87,11 @@ class PretrainingDataConfig:
         instance: the flags that shape instances.
         unit_chars: characters per unit of work.
         progress_seconds: seconds between progress lines.
+        temp_dir: a local folder for the shuffle's bucket files (default: a hidden folder
+            beside the first output when it is local, else the system's temporary folder).
+        bucket_bytes: the most a bucket should hold, which bounds the memory of the gather.
+        delete_stale_shards: delete shards of an earlier run with another shard count
+            (otherwise they are an error).
     """
 
     input_file: str
@@ -100,6 +106,9 @@ class PretrainingDataConfig:
     instance: InstanceOptions = InstanceOptions()
     unit_chars: int = corpus.UNIT_CHARS
     progress_seconds: float = 30.0
+    temp_dir: str | None = None
+    bucket_bytes: int = shuffle.DEFAULT_BUCKET_BYTES
+    delete_stale_shards: bool = False
 
 
 @dataclasses.dataclass
@@ -115,6 +124,8 @@ class Summary:
     masked_tokens: int = 0
     worker_peak_rss_mb: float = 0.0  # The largest worker's peak resident memory.
     seconds: float = 0.0
+    shuffle_seconds: float = 0.0  # The gather: reading, sorting and writing the buckets.
+    buckets: int = 0
     output_files: list = dataclasses.field(default_factory=list)
 
     def add_unit(self, counts: dict) -> None:
@@ -136,6 +147,7 @@ class Summary:
             f"Wrote {self.instances} instances to {len(self.output_files)} files in "
             f"{self.seconds:.1f} s ({rate:.0f} instances/s); label 1 (swapped or random B): "
             f"{self.label_ones}; masked tokens: {self.masked_tokens}.",
+            f"Global shuffle: {self.buckets} buckets, gathered in {self.shuffle_seconds:.1f} s.",
             f"Peak memory: largest worker {self.worker_peak_rss_mb:.0f} MB, this process "
             f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB.",
         ]
@@ -182,13 +194,43 @@ def validate(config: PretrainingDataConfig) -> tuple:
         )
     if config.num_workers is not None and config.num_workers < 1:
         raise PretrainingDataError(f"--num_workers must be >= 1; got {config.num_workers}.")
+    if config.bucket_bytes < 1 << 20:
+        raise PretrainingDataError(f"--shuffle_bucket_mb must be >= 1; got {config.bucket_bytes}.")
     config.instance.validate()
     inputs = expand_input_files(config.input_file)
+    for path in inputs:
+        try:
+            corpus.check_text_file(path)
+        except corpus.CorpusError as e:
+            raise PretrainingDataError(str(e)) from None
     outputs = output_paths(config.output_file, config.num_output_shards)
     clashes = {os.path.abspath(p) for p in inputs} & {os.path.abspath(p) for p in outputs}
     if clashes:
         raise PretrainingDataError(f"--output_file {sorted(clashes)[0]!r} is also an input file.")
     return inputs, outputs
+
+
+def stale_shards(output_file: str, outputs: list) -> list:
+    """Files named like shards of `output_file` (`prefix-NNNNN-of-NNNNN`) that are not ours."""
+    import tensorflow as tf
+
+    prefix = output_file.split(",")[0].strip()
+    pattern = f"{prefix}-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]"
+    return sorted(set(tf.io.gfile.glob(pattern)) - set(outputs))
+
+
+def _check_stale_shards(config, outputs):
+    """Shards of an earlier run with another count would be globbed with ours: refuse them."""
+    if config.num_output_shards is None:
+        return []
+    stale = stale_shards(config.output_file, outputs)
+    if stale and not config.delete_stale_shards:
+        raise PretrainingDataError(
+            f"--output_file {config.output_file!r} already has {len(stale)} shards of an "
+            f"earlier run with another --num_output_shards (e.g. {stale[0]}); a glob would "
+            "train on both. Delete them, or pass --delete_stale_shards."
+        )
+    return stale
 
 
 def unit_seed(random_seed: int, path: str, unit_index: int) -> int:
@@ -215,7 +257,10 @@ class _Worker:
         )
 
     def process(self, task):
-        """(path, unit index in file, documents as sentence lists) -> (records per pass, counts)."""
+        """(path, unit index in file, documents as sentence lists) -> (passes, counts).
+
+        Each pass is (shuffle keys uint64 [M], M serialized records).
+        """
         path, unit_index, raw_documents = task
         counts = collections.Counter(documents_used=0, documents_skipped=0)
         documents = []
@@ -230,10 +275,14 @@ class _Worker:
         seed = unit_seed(self.config.random_seed, path, unit_index)
         rng, np_rng = random.Random(seed), np.random.default_rng(seed)
         passes = []
-        for batch in create_instance_batches(
-            documents, self.config.instance, self.vocab, rng, np_rng
+        for dupe, batch in enumerate(
+            create_instance_batches(documents, self.config.instance, self.vocab, rng, np_rng)
         ):
-            passes.append(self.encoder.encode_batch(batch))
+            records = self.encoder.encode_batch(batch)
+            keys = shuffle.instance_keys(
+                self.config.random_seed, path, unit_index, dupe, len(records)
+            )
+            passes.append((keys, records))
             counts["instances"] += len(batch.lengths)
             counts["label_ones"] += int(batch.next_sentence_labels.sum())
             counts["masked_tokens"] += len(batch.masked_lm_positions)
@@ -288,6 +337,7 @@ class _UnitRunner:
         if self.pool is not None:
             self.pool.terminate()
             self.pool.join()
+            self.pool = None
 
 
 def _tasks(input_files, stats, unit_chars):
@@ -296,13 +346,86 @@ def _tasks(input_files, stats, unit_chars):
             yield path, unit_index, documents
 
 
-def _open_writers(paths):
+def _bucket_parent(config, outputs):
+    """Where bucket folders go (see PretrainingDataConfig.temp_dir)."""
+    if config.temp_dir:
+        return config.temp_dir
+    if "://" not in outputs[0]:
+        return os.path.dirname(os.path.abspath(outputs[0]))
+    return tempfile.gettempdir()
+
+
+def _bucket_directory(config, outputs):
+    """A fresh local folder for the bucket files, named after this host and process.
+
+    Folders that killed runs of this host left beside it (their process is gone) are removed.
+    """
+    parent = _bucket_parent(config, outputs)
+    os.makedirs(parent, exist_ok=True)
+    host = socket.gethostname()
+    for leftover in glob.glob(os.path.join(parent, f".albert-shuffle-{glob.escape(host)}-*")):
+        pid = leftover.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            shutil.rmtree(leftover, ignore_errors=True)
+    return os.path.join(parent, f".albert-shuffle-{host}-{os.getpid()}")
+
+
+def _process_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _scatter(config, runner, tasks, bucket_writer, summary, start):
+    """Makes every instance and appends it to its bucket; returns the last progress time."""
+    last_log = start
+    for passes, counts in runner.results(tasks):
+        for keys, records in passes:
+            bucket_writer.add(keys, records)
+        summary.add_unit(counts)
+        if time.perf_counter() - last_log >= config.progress_seconds:
+            last_log = time.perf_counter()
+            _log_progress(summary, last_log - start)
+    bucket_writer.flush()
+
+
+def _gather(bucket_writer, per_shard, outputs):
+    """Writes each shard from its sorted buckets under a temporary name; returns the names."""
     import tensorflow as tf  # Only the writing process needs TensorFlow.
 
-    for path in paths:
-        if os.path.dirname(path):
-            tf.io.gfile.makedirs(os.path.dirname(path))
-    return [tf.io.TFRecordWriter(path) for path in paths]
+    temporaries = []
+    try:
+        for shard, path in enumerate(outputs):
+            fileio.makedirs_for(path)
+            temporaries.append(fileio.temporary_path(path))
+            with tf.io.TFRecordWriter(temporaries[-1]) as writer:
+                for bucket in range(shard * per_shard, (shard + 1) * per_shard):
+                    bucket_path = bucket_writer.path(bucket)
+                    for _, record in shuffle.sort_entries(shuffle.read_bucket(bucket_path)):
+                        writer.write(record)
+                    if os.path.exists(bucket_path):
+                        os.remove(bucket_path)  # Disk is freed as the gather goes.
+            logging.info("Wrote shard %d of %d: %s", shard + 1, len(outputs), path)
+    except BaseException:
+        for temporary in temporaries:
+            fileio.remove_quietly(temporary)
+        raise
+    return temporaries
+
+
+def _commit(temporaries, outputs, stale):
+    """Renames the complete shards to their final names; deletes stale shards if asked."""
+    import tensorflow as tf
+
+    for temporary, path in zip(temporaries, outputs, strict=True):
+        tf.io.gfile.rename(temporary, path, overwrite=True)
+    for path in stale:
+        tf.io.gfile.remove(path)
+        logging.info("Deleted stale shard %s.", path)
 
 
 def create_pretraining_data(config: PretrainingDataConfig) -> Summary:
@@ -325,38 +448,49 @@ def create_pretraining_data(config: PretrainingDataConfig) -> Summary:
     worker = _Worker(config)  # Fails here, once, on a bad model / vocab file.
     num_workers = config.num_workers or len(os.sched_getaffinity(0))
     summary = Summary(output_files=output_files)
-    logging.info(
-        "Creating pretraining data from %d files with %d workers.", len(input_files), num_workers
+    input_bytes = sum(os.path.getsize(p) for p in input_files)
+    per_shard = shuffle.buckets_per_shard(
+        input_bytes, config.instance.dupe_factor, len(output_files), config.bucket_bytes
     )
-    start = last_log = time.perf_counter()
+    summary.buckets = per_shard * len(output_files)
+    logging.info(
+        "Creating pretraining data from %d files (%.1f MB) with %d workers; shuffling through "
+        "%d buckets.",
+        len(input_files),
+        input_bytes / 1e6,
+        num_workers,
+        summary.buckets,
+    )
+    start = time.perf_counter()
     tasks = _tasks(input_files, summary.corpus, config.unit_chars)
     runner = _UnitRunner(config, num_workers, worker)
-    writers = []
+    bucket_directory = None
     try:
-        writers = _open_writers(output_files)
-        dupe_factor = config.instance.dupe_factor
-        for unit_number, (passes, counts) in enumerate(runner.results(tasks)):
-            for dupe, records in enumerate(passes):
-                writer = writers[(unit_number * dupe_factor + dupe) % len(writers)]
-                for record in records:
-                    writer.write(record)
-            summary.add_unit(counts)
-            if time.perf_counter() - last_log >= config.progress_seconds:
-                last_log = time.perf_counter()
-                _log_progress(summary, last_log - start)
+        stale = _check_stale_shards(config, output_files)
+        for path in output_files:  # What killed runs left behind.
+            for leftover in fileio.leftover_temporaries(path):
+                fileio.remove_quietly(leftover)
+        bucket_directory = _bucket_directory(config, output_files)
+        bucket_writer = shuffle.BucketWriter(bucket_directory, summary.buckets)
+        _scatter(config, runner, tasks, bucket_writer, summary, start)
+        runner.close()
+        if summary.instances == 0:
+            raise PretrainingDataError(
+                f"No instance could be made from --input_file {config.input_file!r}: every "
+                "document is empty or has fewer than 2 sentences (expected one sentence per "
+                "line, a blank line between documents, or WikiExtractor <doc> blocks)."
+            )
+        gather_start = time.perf_counter()
+        temporaries = _gather(bucket_writer, per_shard, output_files)
+        _commit(temporaries, output_files, stale)
+        summary.shuffle_seconds = time.perf_counter() - gather_start
     finally:
         runner.close()
-        for writer in writers:
-            writer.close()
+        if bucket_directory:
+            shutil.rmtree(bucket_directory, ignore_errors=True)
     summary.seconds = time.perf_counter() - start
     for line in summary.lines():
         logging.info(line)
-    if summary.instances == 0:
-        raise PretrainingDataError(
-            f"No instance could be made from --input_file {config.input_file!r}: every document "
-            "is empty or has fewer than 2 sentences (expected one sentence per line, a blank "
-            "line between documents, or WikiExtractor <doc> blocks)."
-        )
     return summary
 
 
