@@ -194,11 +194,12 @@ def require(flag_values, *names):
 # "probability" ([0, 1)). Only the flags a script declares are checked; None means unset.
 NUMERIC_RANGES = {
     "positive": (
-        "learning_rate", "poly_power", "num_train_steps", "train_batch_size", "eval_batch_size",
+        "learning_rate", "num_train_steps", "train_batch_size", "eval_batch_size",
         "predict_batch_size", "max_seq_length", "save_checkpoints_steps", "keep_checkpoint_max",
         "iterations_per_loop", "num_tpu_cores", "max_predictions_per_seq", "max_eval_steps",
     ),
-    "non_negative": ("num_warmup_steps", "start_warmup_step"),
+    # poly_power 0 is a constant rate after warmup (the quickstart's recipe).
+    "non_negative": ("num_warmup_steps", "start_warmup_step", "poly_power"),
     "probability": ("albert_dropout_prob", "classifier_dropout_prob"),
 }  # fmt: skip
 

@@ -26,7 +26,7 @@ def _parsed(define, *args):
         ("--eval_batch_size=-8", "--eval_batch_size must be positive"),
         ("--predict_batch_size=0", "--predict_batch_size must be positive"),
         ("--max_seq_length=0", "--max_seq_length must be positive"),
-        ("--poly_power=0", "--poly_power must be positive"),
+        ("--poly_power=-1", "--poly_power must be zero or more"),  # 0: a constant rate
         ("--warmup_step=-1", "--num_warmup_steps must be zero or more"),
         ("--albert_dropout_prob=1", r"--albert_dropout_prob must be in \[0, 1\)"),
         ("--classifier_dropout_prob=-0.1", r"--classifier_dropout_prob must be in \[0, 1\)"),
