@@ -8,6 +8,8 @@ sequence, V vocabulary, E embedding size, H hidden size, N attention heads, D he
 import keras
 from keras import ops
 
+from albert.modeling.dropout import Dropout
+
 
 def truncated_normal(config):
     return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
@@ -38,7 +40,7 @@ class AlbertEmbeddings(keras.layers.Layer):
         super().__init__(**kwargs)
         self.config = config
         self.layer_norm = layer_norm("LayerNorm")
-        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
         self.embedding_hidden_mapping_in = keras.layers.Dense(
             config.hidden_size,
             kernel_initializer=truncated_normal(config),

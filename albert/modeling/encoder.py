@@ -11,6 +11,7 @@ import math
 import keras
 from keras import ops
 
+from albert.modeling.dropout import Dropout
 from albert.modeling.embeddings import layer_norm, truncated_normal
 
 # Added to the attention scores of padding keys before the softmax. The original uses -10000
@@ -53,8 +54,8 @@ class AlbertAttention(keras.layers.Layer):
             dense("value"),
             dense("output_dense"),
         )
-        self.attention_dropout = keras.layers.Dropout(config.attention_probs_dropout_prob)
-        self.output_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
+        self.attention_dropout = Dropout(config.attention_probs_dropout_prob)
+        self.output_dropout = Dropout(config.hidden_dropout_prob)
         self.layer_norm = layer_norm("LayerNorm")
         self.hidden_size = config.hidden_size
 
@@ -126,7 +127,7 @@ class AlbertFeedForward(keras.layers.Layer):
         self.output_dense = keras.layers.Dense(
             config.hidden_size, kernel_initializer=init, name="output_dense"
         )
-        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
         self.layer_norm = layer_norm("LayerNorm_1")
 
     def build(self, input_shape=None):

@@ -13,6 +13,7 @@
 import keras
 from keras import ops
 
+from albert.modeling.dropout import Dropout
 from albert.modeling.embeddings import truncated_normal
 
 # Added to the logits of positions that cannot hold an answer (p_mask = 1).
@@ -34,7 +35,7 @@ class AlbertClassificationHead(keras.layers.Layer):
         super().__init__(**kwargs)
         self.config = config
         self.num_labels = num_labels
-        self.dropout = keras.layers.Dropout(dropout_rate)
+        self.dropout = Dropout(dropout_rate)
 
     def build(self, input_shape=None):
         self.output_weights = self.add_weight(
@@ -110,7 +111,7 @@ class AlbertSquadV2Head(keras.layers.Layer):
         self.answer_dense_0 = keras.layers.Dense(
             hidden, activation="tanh", kernel_initializer=init, name="answer_class_dense_0"
         )
-        self.answer_dropout = keras.layers.Dropout(dropout_rate)
+        self.answer_dropout = Dropout(dropout_rate)
         self.answer_dense_1 = keras.layers.Dense(
             1, use_bias=False, kernel_initializer=init, name="answer_class_dense_1"
         )

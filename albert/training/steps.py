@@ -21,6 +21,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from albert.modeling.dropout import replica_seed
+
 # Sums the loop adds to a task's own.
 _LOOP_METRICS = ("examples", "loss", "gradient_norm")
 
@@ -112,9 +114,11 @@ class Trainer:
         local = self.task.loss_normalizers(features)
         return context.all_reduce(tf.distribute.ReduceOp.SUM, local)
 
-    def _forward_backward_fn(self, features, normalizers):
+    def _forward_backward_fn(self, features, normalizers, replica_id):
+        # `replica_id` is a tensor argument, so one trace serves every replica; dropout folds
+        # it into its seeds and each replica draws its own masks (albert.modeling.dropout).
         variables = self.model.trainable_variables
-        with tf.GradientTape() as tape:
+        with tf.GradientTape() as tape, replica_seed(replica_id):
             loss, sums = self.task.compute_loss(self.model, features, normalizers, training=True)
             scaled_loss = self.optimizer.scale_loss(loss) if self.loss_scaled else loss
         grads = tape.gradient(scaled_loss, variables)
@@ -138,17 +142,18 @@ class Trainer:
         self.global_step.assign_add(1)
         return grad_norm / scale
 
-    def _single_replica_step_fn(self, features, normalizers):
-        grads, loss, sums = self._forward_backward_fn(features, normalizers)
+    def _single_replica_step_fn(self, features, normalizers, replica_id):
+        grads, loss, sums = self._forward_backward_fn(features, normalizers, replica_id)
         return loss, sums, self._apply_gradients(grads)
 
     def _train_step(self, features):
         context = tf.distribute.get_replica_context()
         normalizers = self._normalizers(features)
+        replica_id = tf.cast(context.replica_id_in_sync_group, tf.int32)
         if self.strategy.num_replicas_in_sync == 1:
-            loss, sums, grad_norm = self._single_replica_step(features, normalizers)
+            loss, sums, grad_norm = self._single_replica_step(features, normalizers, replica_id)
         else:
-            grads, loss, sums = self._forward_backward(features, normalizers)
+            grads, loss, sums = self._forward_backward(features, normalizers, replica_id)
             grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
             grad_norm = self._apply_gradients(grads)
         num_replicas = tf.cast(context.num_replicas_in_sync, tf.float32)
