@@ -105,6 +105,9 @@ def resolve_prefix(path: str) -> str:
     Raises:
         CheckpointError: nothing, or more than one checkpoint, is found there.
     """
+    # A prefix first: on ram:// and some object stores `isdir` is true for any path prefix.
+    if tf.io.gfile.exists(path + ".index"):
+        return path
     if tf.io.gfile.isdir(path):
         latest = tf.train.latest_checkpoint(path)
         if latest:

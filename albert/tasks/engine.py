@@ -46,6 +46,7 @@ from albert.errors import AlbertError
 from albert.metrics import write_eval_results
 from albert.training import checkpointing, loop, predict
 from albert.training.inputs import per_replica_batch_size
+from albert.training.run_lock import output_dir_lock
 from albert.training.strategy import is_chief
 from albert.training.task import TrainingTask
 
@@ -227,8 +228,9 @@ def _shard(dataset, input_context):
 def resolve_checkpoint(path):
     """`path`, or the `model.ckpt-best` of a run directory that holds one (a fine-tuning
     or pretraining output directory, or a released model's)."""
+    # By file names only: on ram:// and some object stores `isdir` is true for any prefix.
     best = os.path.join(path, checkpointing.BEST_PREFIX)
-    if tf.io.gfile.isdir(path) and tf.io.gfile.exists(best + ".index"):
+    if not tf.io.gfile.exists(path + ".index") and tf.io.gfile.exists(best + ".index"):
         return best
     return path
 
@@ -259,7 +261,7 @@ def load_finetuning_weights(model, path, require_head=False):
     path = resolve_checkpoint(path)
     head = _head_weights(model)
     if checkpointing.is_training_checkpoint(path):
-        prefix = tf.train.latest_checkpoint(path) if tf.io.gfile.isdir(path) else path
+        prefix = checkpointing.checkpoint_prefix(path)
         stored = dict(tf.train.list_variables(prefix))
         keys = {w.path: f"model/{w.path}/.ATTRIBUTES/VARIABLE_VALUE" for w in head}
         head_loaded = all(
@@ -297,7 +299,7 @@ def load_final_weights(model, options):
     """
     best = os.path.join(options.output_dir, checkpointing.BEST_PREFIX)
     path = best if tf.io.gfile.exists(best + ".index") else None
-    path = path or tf.train.latest_checkpoint(options.output_dir)
+    path = path or checkpointing.latest_checkpoint(options.output_dir)
     if path:
         checkpointing.restore_model_weights(model, path)
     elif options.init_checkpoint:
@@ -310,7 +312,7 @@ def load_final_weights(model, options):
         )
     step = None
     if checkpointing.is_training_checkpoint(path):
-        prefix = tf.train.latest_checkpoint(path) if tf.io.gfile.isdir(path) else path
+        prefix = checkpointing.checkpoint_prefix(path)
         step = int(tf.train.load_checkpoint(prefix).get_tensor(_GLOBAL_STEP_KEY))
     logging.info("Final weights: %s (global step %s).", path, step)
     return path, step
@@ -349,6 +351,11 @@ def run(task, strategy, options, optimizer_fn, do_predict=False, export_dir=None
     Returns:
         The final eval metrics (with `global_step`), or the last ones of training, or {}.
     """
+    with output_dir_lock(options.output_dir, enabled=is_chief(strategy)):
+        return _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir)
+
+
+def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
     results = {}
     if options.do_train:
         results = loop.run(task, strategy, options, optimizer_fn)

@@ -14,24 +14,50 @@ follow the Keras variable paths, so they do not depend on Python attribute names
 each worker is saved next to it as `input_state/worker_<i>/ckpt-<step>`, written before the
 checkpoint itself: `tf.train.CheckpointManager` commits a checkpoint by rewriting the
 `checkpoint` file atomically, so a run killed at any moment resumes from a checkpoint whose
-input state exists. The best weights by the task's metric are kept as `model.ckpt-best` (the
-original's name; see `TrainingTask.save_best`).
+input state exists. The random state of the step (the dropout layers' seed generators, see
+`albert.modeling.dropout`) is saved under `rng/dropout_seed_<i>`, numbered in the order of
+`model.variables`, so a resumed run draws the masks an uninterrupted one would. The best
+weights by the task's metric are kept as `model.ckpt-best` (the original's name; see
+`TrainingTask.save_best`).
+
+A checkpoint whose files are damaged (a disk that filled up, a copy cut short) is skipped on
+resume for the newest intact one, with a warning naming it.
+
+Fault injection (tests only): with `ALBERT_FAULT_POINT=<point>:<step>` in the environment the
+process SIGKILLs itself when it reaches that point of that step (`fault_point`): `train_step`
+(the host call that ends at the step has run, nothing saved yet), `checkpoint_write` (the
+step's input state is written, its checkpoint not yet committed), `before_eval` (the
+checkpoint is committed, its evaluation not run).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 
 import tensorflow as tf
 from absl import logging
 
+from albert import fileio
 from albert.errors import AlbertError
 
 CHECKPOINT_NAME = "model.ckpt"
 BEST_PREFIX = "model.ckpt-best"
 BEST_INFO_FILE = "best_checkpoint.txt"
+# The step of the last checkpoint evaluated during training (resume evaluates a newer one).
+EVALUATED_FILE = "evaluated_checkpoint.txt"
 INPUT_STATE_DIR = "input_state"
+RNG_KEY = "rng"
+FAULT_POINT_ENV = "ALBERT_FAULT_POINT"
+
+
+def fault_point(name, step):
+    """SIGKILLs this process when `ALBERT_FAULT_POINT` is `<name>:<step>` (tests only)."""
+    if os.environ.get(FAULT_POINT_ENV) == f"{name}:{step}":
+        logging.warning("%s=%s: killing this process.", FAULT_POINT_ENV, f"{name}:{step}")
+        logging.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class CheckpointError(AlbertError):
@@ -70,17 +96,66 @@ def _to_trackable(tree):
     return tf.train.Checkpoint(**children)
 
 
-def _prefix(path):
-    """A checkpoint prefix: `path` itself, or a directory's latest checkpoint."""
-    if tf.io.gfile.isdir(path):
-        return tf.train.latest_checkpoint(path) or path
-    return path
+def rng_variables(model):
+    """The model's random state: the variables that are not weights (seed generators')."""
+    weights = {id(w) for w in model.weights}
+    return [v for v in model.variables if id(v) not in weights]
+
+
+def _rng_tree(model):
+    return tf.train.Checkpoint(
+        **{f"dropout_seed_{i}": v for i, v in enumerate(rng_variables(model))}
+    )
+
+
+def checkpoint_prefix(path):
+    """A checkpoint prefix: `path` itself, or the latest checkpoint of the directory `path`.
+
+    A prefix is recognised by its `.index` file, never by asking whether `path` is a
+    directory: on ram:// and some object stores every path prefix "is" a directory.
+    """
+    if tf.io.gfile.exists(path + ".index"):
+        return path
+    return tf.train.latest_checkpoint(path) or path
+
+
+def latest_checkpoint(directory):
+    """The newest intact checkpoint listed in `directory/checkpoint`, or None.
+
+    A damaged one (see `is_intact`) is skipped for the one before it, with a warning.
+    """
+    state = tf.train.get_checkpoint_state(directory)
+    if state is None:
+        return None
+    candidates = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
+    if state.model_checkpoint_path not in candidates:
+        candidates.append(state.model_checkpoint_path)
+    for path in reversed(candidates):
+        if is_intact(path):
+            return path
+        logging.warning(
+            "Checkpoint %s is damaged (its files cannot be read back); skipping it for an "
+            "older one.",
+            path,
+        )
+    return None
+
+
+def is_intact(prefix):
+    """Whether every tensor of the checkpoint `prefix` can be read back."""
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        for key in reader.get_variable_to_shape_map():
+            reader.get_tensor(key)
+    except (tf.errors.OpError, IndexError, ValueError):
+        return False
+    return True
 
 
 def is_training_checkpoint(path):
     """Whether `path` (a prefix, or a run's directory) is a checkpoint of this training code."""
     try:
-        names = [name for name, _ in tf.train.list_variables(_prefix(path))]
+        names = [name for name, _ in tf.train.list_variables(checkpoint_prefix(path))]
     except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError, ValueError):
         return False
     return "global_step/.ATTRIBUTES/VARIABLE_VALUE" in names and any(
@@ -94,7 +169,7 @@ def restore_model_weights(model, path):
     Raises:
         CheckpointError: a model weight missing from the checkpoint or of another shape.
     """
-    path = _prefix(path)
+    path = checkpoint_prefix(path)
     stored = dict(tf.train.list_variables(path))
     for weight in model.weights:
         key = f"model/{weight.path}/.ATTRIBUTES/VARIABLE_VALUE"
@@ -107,12 +182,12 @@ def restore_model_weights(model, path):
     tf.train.Checkpoint(model=variable_tree(model.weights)).restore(path).expect_partial()
 
 
-def _first_line(error):
+def first_line(error):
     return str(error).strip().splitlines()[0][:300]
 
 
 class TrainingCheckpoints:
-    """Saves and restores model, optimizer, global step and input state for one run.
+    """Saves and restores model, optimizer, global step, random and input state for one run.
 
     Args:
         output_dir: the run's directory (checkpoints are read from here).
@@ -129,11 +204,14 @@ class TrainingCheckpoints:
         self.write_dir = write_dir
         self.global_step = global_step
         self.worker_index = worker_index
-        self.checkpoint = tf.train.Checkpoint(
-            model=variable_tree(model.weights),
-            optimizer=variable_tree(optimizer.variables),
-            global_step=global_step,
-        )
+        parts = {
+            "model": variable_tree(model.weights),
+            "optimizer": variable_tree(optimizer.variables),
+            "global_step": global_step,
+        }
+        self.checkpoint = tf.train.Checkpoint(**parts, **{RNG_KEY: _rng_tree(model)})
+        # For checkpoints written before the random state was saved.
+        self._checkpoint_without_rng = tf.train.Checkpoint(**parts)
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, write_dir, max_to_keep=max_to_keep, checkpoint_name=CHECKPOINT_NAME
         )
@@ -170,24 +248,44 @@ class TrainingCheckpoints:
     def save(self, step):
         """Writes the input state, then the checkpoint for `step` (keeping the newest ones)."""
         self._save_input(step)
+        fault_point("checkpoint_write", step)
         path = self.manager.save(checkpoint_number=step)
         if self.input_iterator is not None:
             self._remove_old_input_states()
         return path
 
     def latest(self):
-        return tf.train.latest_checkpoint(self.output_dir)
+        """The newest intact checkpoint in `output_dir`, or None (see `latest_checkpoint`)."""
+        return latest_checkpoint(self.output_dir)
 
     def restore_latest(self):
-        """Restores the newest checkpoint in `output_dir`; returns its path or None."""
+        """Restores the newest intact checkpoint in `output_dir`; returns its path or None.
+
+        Raises:
+            CheckpointError: the checkpoint was written for another model or optimizer.
+        """
         path = self.latest()
         if path is None:
+            if tf.train.latest_checkpoint(self.output_dir):
+                raise CheckpointError(
+                    f"No checkpoint in {self.output_dir} can be read back (all are damaged); "
+                    "use a new --output_dir or delete its model.ckpt-* files to start over."
+                )
             return None
+        stored = {name for name, _ in tf.train.list_variables(path)}
+        checkpoint = self.checkpoint
+        if not any(name.startswith(RNG_KEY + "/") for name in stored):
+            logging.warning(
+                "%s holds no random state (an older run): dropout masks after resume differ "
+                "from an uninterrupted run's.",
+                path,
+            )
+            checkpoint = self._checkpoint_without_rng
         try:
-            self.checkpoint.restore(path).assert_consumed()
+            checkpoint.restore(path).assert_consumed()
         except (AssertionError, ValueError) as e:
             raise CheckpointError(
-                f"Cannot resume from {path} ({_first_line(e)}); was it written with another "
+                f"Cannot resume from {path} ({first_line(e)}); was it written with another "
                 "config or --optimizer? Use a new --output_dir or the same flags."
             ) from None
         logging.info("Resumed from %s at global step %d.", path, int(self.global_step.numpy()))
@@ -208,22 +306,37 @@ class TrainingCheckpoints:
             {"global_step": step, "metric": metric, "value": value, "source": source},
         )
 
+    def evaluated_step(self):
+        """The step of the last checkpoint evaluated during training, or None."""
+        path = os.path.join(self.output_dir, EVALUATED_FILE)
+        if not tf.io.gfile.exists(path):
+            return None
+        return int(read_key_values(path)["global_step"])
+
+    def record_evaluated(self, step, checkpoint_path):
+        write_key_values(
+            os.path.join(self.output_dir, EVALUATED_FILE),
+            {"global_step": step, "checkpoint": checkpoint_path},
+        )
+
 
 def copy_checkpoint(source_prefix, target_prefix):
-    """Copies the files of the checkpoint `source_prefix` to `target_prefix`."""
+    """Copies the files of the checkpoint `source_prefix` to `target_prefix`.
+
+    Each file is copied to a temporary name and renamed. The old index goes first and the new
+    one comes last (the index is what makes a prefix restorable), so a copy cut short leaves
+    no restorable mix of old and new files under `target_prefix`.
+    """
     files = tf.io.gfile.glob(source_prefix + ".*")
-    # Data first, index last: the index is what makes the prefix restorable.
+    fileio.remove_quietly(target_prefix + ".index")
     for path in sorted(files, key=lambda p: p.endswith(".index")):
-        tf.io.gfile.copy(path, target_prefix + path[len(source_prefix) :], overwrite=True)
+        with fileio.atomic_path(target_prefix + path[len(source_prefix) :]) as temporary:
+            tf.io.gfile.copy(path, temporary, overwrite=True)
 
 
 def write_key_values(path, values):
     """Writes `key = value` lines (the original's eval_results.txt format), atomically."""
-    text = "".join(f"{key} = {value}\n" for key, value in values.items())
-    temporary = path + ".tmp"
-    with tf.io.gfile.GFile(temporary, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(temporary, path, overwrite=True)
+    fileio.write_text(path, "".join(f"{key} = {value}\n" for key, value in values.items()))
 
 
 def read_key_values(path):

@@ -5,6 +5,11 @@ scope, resumes from `output_dir` (or initialises from `init_checkpoint`), trains
 of `iterations_per_loop` steps, saves every `save_checkpoints_steps`, evaluates after each save
 when asked (keeping the best checkpoint), and exports the final weights. The pretraining job
 and the fine-tuning tasks share it.
+
+Order of a (re)started run: take the output directory's lock, build and restore (or
+initialise), and only then write into `output_dir` (`albert_config.json`, summaries), so a
+rerun that fails on a mismatched checkpoint leaves the directory as it was. A checkpoint
+saved but not yet evaluated when the previous run died is evaluated before training goes on.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from absl import logging
 from albert.training import checkpointing
 from albert.training import strategy as strategy_lib
 from albert.training.inputs import DistributedInput, InputError, per_replica_batch_size
+from albert.training.run_lock import output_dir_lock
 from albert.training.steps import Trainer
 from albert.training.summaries import ProgressLogger, ScalarWriter
 
@@ -82,11 +88,19 @@ def run(task, strategy, options, optimizer_fn):
     per_replica_batch_size(
         options.eval_batch_size, strategy.num_replicas_in_sync, "eval_batch_size"
     )
+    with output_dir_lock(options.output_dir, enabled=strategy_lib.is_chief(strategy)):
+        return _run_locked(task, strategy, options, optimizer_fn)
+
+
+def _run_locked(task, strategy, options, optimizer_fn):
     state = _build(task, strategy, options, optimizer_fn)
     try:
         if state.checkpoints.restore_latest() is None and options.init_checkpoint:
             logging.info("Initialising the model from %s.", options.init_checkpoint)
             task.load_initial_weights(state.model, options.init_checkpoint)
+        # Validated: the first write into output_dir.
+        if state.chief:
+            task.prepare_output_dir(options.output_dir)
         results = {}
         if options.do_train:
             results = _train(state)
@@ -106,7 +120,6 @@ def _build(task, strategy, options, optimizer_fn):
     worker_index, _, chief = strategy_lib.worker_info(strategy)
     if chief:
         tf.io.gfile.makedirs(options.output_dir)
-        task.prepare_output_dir(options.output_dir)
     write_dir = strategy_lib.writable_dir(options.output_dir, strategy)
     keras.utils.set_random_seed(options.seed)  # the same initial weights on every run
     with strategy.scope():
@@ -161,13 +174,41 @@ def _training_input(state):
         return DistributedInput(state.strategy, dataset_fn, checkpointable=checkpointable)
 
     data = make(options.seed)
-    if step and not (checkpointable and state.checkpoints.restore_input(data.iterator, step)):
+    if step and not (checkpointable and _restore_input(state, data.iterator, step)):
         # Nothing to restore the data position from: a new pass, reshuffled, rather than
         # replaying the examples the first steps already saw.
         logging.warning("No saved input position for step %d; reshuffling the data.", step)
         data = make(options.seed + step)
     state.checkpoints.input_iterator = data.iterator
     return data
+
+
+def _restore_input(state, iterator, step):
+    try:
+        return state.checkpoints.restore_input(iterator, step)
+    except (tf.errors.OpError, IndexError, ValueError, AssertionError) as e:
+        logging.warning("The saved input position of step %d cannot be read (%s).", step,
+                        checkpointing.first_line(e))  # fmt: skip
+        return False
+
+
+def _evaluate_pending(state):
+    """Evaluates the restored checkpoint when the previous run died before evaluating it."""
+    if not (state.options.do_eval and state.step):
+        return {}
+    evaluated = state.checkpoints.evaluated_step()
+    if evaluated is not None and evaluated >= state.step:
+        return {}
+    path = state.checkpoints.latest()
+    logging.info("Evaluating %s, saved but not evaluated before the previous run ended.", path)
+    return _evaluate_and_record(state, path)
+
+
+def _evaluate_and_record(state, path):
+    results = _evaluate(state, checkpoint_path=path)
+    if state.chief:
+        state.checkpoints.record_evaluated(state.step, path)
+    return results
 
 
 def _train(state):
@@ -178,7 +219,7 @@ def _train(state):
     progress = ProgressLogger(total, shown)
     data = _training_input(state) if state.step < total else None
     save_every = options.save_checkpoints_steps if options.save_checkpoints_steps > 0 else total
-    results = {}
+    results = _evaluate_pending(state)
     while state.step < total:
         step = state.step
         num_steps = min(options.iterations_per_loop, save_every - step % save_every, total - step)
@@ -189,15 +230,17 @@ def _train(state):
         step = state.step
         progress.log(step, metrics)
         writer.write(metrics, step)
+        checkpointing.fault_point("train_step", step)
         if step % save_every == 0 or step == total:
             path = state.checkpoints.save(step)
+            checkpointing.fault_point("before_eval", step)
             if options.do_eval:
-                results = _evaluate(state, checkpoint_path=path)
+                results = _evaluate_and_record(state, path)
     writer.close()
     if state.chief:
         _export(state)
     if options.do_eval and not results:
-        results = _evaluate(state, checkpoint_path=state.checkpoints.latest())
+        results = _evaluate_and_record(state, state.checkpoints.latest())
     return results
 
 

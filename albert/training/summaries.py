@@ -15,15 +15,21 @@ class ScalarWriter:
     Args:
         directory: the event directory (`output_dir` for training, `output_dir/eval`).
         enabled: False on non-chief workers, which write nothing.
+
+    The event file is created by the first `write`, so a run that fails before it wrote any
+    scalar leaves no file behind.
     """
 
     def __init__(self, directory, enabled=True):
         self.directory = directory
-        self._writer = tf.summary.create_file_writer(directory) if enabled else None
+        self.enabled = enabled
+        self._writer = None
 
     def write(self, scalars, step):
-        if self._writer is None:
+        if not self.enabled:
             return
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(self.directory)
         with self._writer.as_default(step=step):
             for name, value in scalars.items():
                 tf.summary.scalar(name, value)
