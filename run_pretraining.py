@@ -1,32 +1,10 @@
-r"""Pretrains ALBERT (masked LM + sentence order) on TFRecords from create_pretraining_data.py.
+"""Pretrains ALBERT (masked LM + sentence order); see `albert/run_pretraining.py` (same flags).
 
-The flags and defaults are the original's, plus --strategy, --mixed_precision and
---jit_compile. Example (one machine, its GPUs or CPU):
-
-    python run_pretraining.py --albert_config_file=configs/albert_base_v2.json \
-        --input_file=data/*.tfrecord --output_dir=out --do_train --do_eval \
-        --train_batch_size=256 --max_seq_length=128 --num_train_steps=10000
-
-Resuming is automatic: rerun the same command and training continues from the last
-checkpoint in --output_dir.
+A thin wrapper for people working from a clone: `python run_pretraining.py ...` is
+`python -m albert.run_pretraining ...`.
 """
 
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from absl import flags  # noqa: E402
-
-from albert.training import flags as training_flags  # noqa: E402
-from albert.training import pretraining  # noqa: E402
-
-training_flags.define_pretraining_flags()
-
-
-def main(argv):
-    del argv
-    pretraining.run_from_flags(flags.FLAGS)
-
+from albert.run_pretraining import run
 
 if __name__ == "__main__":
-    training_flags.run_main(main)
+    run()

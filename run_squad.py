@@ -1,41 +1,10 @@
-r"""Fine-tunes ALBERT on SQuAD v1.1 or v2.0; evaluates, writes predictions, exports.
+"""Fine-tunes ALBERT on SQuAD v1.1 or v2.0; see `albert/run_squad.py` (same flags).
 
-The flags are the original run_squad.py's (--train_file, --predict_file, --doc_stride,
---max_query_length, --n_best_size, --max_answer_length, --start_n_top, --end_n_top,
---version_2_with_negative, --train_step, --warmup_step ...), plus the engine's --strategy,
---mixed_precision, --cached_dir (replacing the original's --train_feature_file and
---predict_feature_file: the features are cached there as TFRecords, never pickles) and
---export_dir. Unset learning rate, batch size, steps, warmup, max_seq_length and model
-dropout come from the paper's table (SQuAD 1.1 or 2.0). Example (SQuAD 2.0):
-
-    python run_squad.py --version_2_with_negative \
-        --train_file=squad/train-v2.0.json --predict_file=squad/dev-v2.0.json \
-        --albert_config_file=albert_base/albert_config.json \
-        --init_checkpoint=albert_base/model.ckpt-best \
-        --spm_model_file=albert_base/30k-clean.model \
-        --output_dir=out/squad2 --cached_dir=cache --do_train --do_eval --do_predict
-
-It writes predictions.json, nbest_predictions.json and null_odds.json (v2.0), and with
---do_eval eval_results.txt (official EM/F1; v2.0 also HasAns/NoAns, the best thresholds and
-the null threshold tuned on --predict_file).
+A thin wrapper for people working from a clone: `python run_squad.py ...` is
+`python -m albert.run_squad ...`.
 """
 
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from absl import flags  # noqa: E402
-
-from albert.tasks import squad  # noqa: E402
-from albert.training import flags as training_flags  # noqa: E402
-
-squad.define_squad_flags()
-
-
-def main(argv):
-    del argv
-    squad.run_from_flags(flags.FLAGS)
-
+from albert.run_squad import run
 
 if __name__ == "__main__":
-    training_flags.run_main(main)
+    run()

@@ -2,6 +2,8 @@
 
 import importlib
 
+__version__ = "0.1.0"  # the one version string; pyproject.toml reads it
+
 from albert.config import AlbertConfig, ConfigError
 
 __all__ = ["AlbertBackbone", "AlbertConfig", "AlbertPretrainer", "ConfigError", "load_checkpoint"]

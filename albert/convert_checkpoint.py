@@ -79,6 +79,11 @@ def main(argv):
     return 0
 
 
-if __name__ == "__main__":
+def run():
+    """Console-script entry point (`albert-convert`)."""
     flags.mark_flags_as_required(["input", "output", "output_format"])
     app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -6,11 +6,14 @@
    (nothing is imported or executed), one sentence per line, one docstring per document; the
    docstrings of every 20th source file are held out for evaluation.
 2. Vocabulary: `python -m albert.data.vocab` trains a small SentencePiece model.
-3. Data: `create_pretraining_data.py` writes masked-LM + sentence-order TFRecords.
-4. Pretraining: `run_pretraining.py` trains a tiny ALBERT on the CPU, evaluating on the
-   held-out records; point TensorBoard at the printed directory to watch it.
+3. Data: `python -m albert.create_pretraining_data` writes masked-LM + sentence-order
+   TFRecords.
+4. Pretraining: `python -m albert.run_pretraining` trains a tiny ALBERT on the CPU, evaluating
+   on the held-out records; point TensorBoard at the printed directory to watch it.
 
-Each step runs the project's own command-line tool, as a user would.
+Each step runs the project's own command-line tool, as a user would, from the installed
+package (`albert-quickstart` after `pip install .`) or a clone alike. A smoke run in a minute:
+`--num_train_steps=12 --max_corpus_chars=600000`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import dataclasses
 import json
 import os
 import re
+import site
 import subprocess
 import sys
 import sysconfig
@@ -27,7 +31,8 @@ import time
 
 from absl import app, flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The folder holding this `albert` package: a clone, or site-packages when installed.
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Stdlib folders whose docstrings are tests, demos or vendored code rather than prose.
 _SKIPPED_DIRS = {"test", "tests", "idlelib", "site-packages", "lib2to3", "turtledemo",
                  "__pycache__", "ensurepip", "dist-packages"}  # fmt: skip
@@ -137,31 +142,44 @@ def build_corpus(output_dir, max_chars=None, held_out_every=HELD_OUT_EVERY):
     return paths
 
 
-def _run(command, title):
+class StepError(Exception):
+    """A step's command failed; it has printed its own error above."""
+
+
+def _module_command(module, *args):
+    return [sys.executable, "-m", module, *args]
+
+
+def _run(command, title, cwd):
+    """Runs one step's command in `cwd`, importing the same `albert` as this process."""
     print(f"\n== {title}\n$ {' '.join(command)}", flush=True)
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env["TF_CPP_MIN_LOG_LEVEL"] = "3"  # CPU-only machines log CUDA probing errors at level 2
-    subprocess.run(command, check=True, env=env, cwd=REPO)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")  # CPU-only machines log CUDA probing
+    installed = {os.path.realpath(p) for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    if os.path.realpath(PACKAGE_ROOT) not in installed:  # A clone: put it first on the path.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, env.get("PYTHONPATH")]))
+    if subprocess.run(command, env=env, cwd=cwd).returncode:
+        raise StepError(title)
 
 
 def create_records(output_dir, corpus_paths, spm_model, recipe):
-    """Runs create_pretraining_data.py on each corpus file; returns the record paths."""
+    """Runs albert.create_pretraining_data on each corpus file; returns the record paths."""
     outputs = []
     for corpus_path, part in zip(corpus_paths, ("train", "eval"), strict=True):
         output = os.path.join(output_dir, f"{part}.tfrecord")
-        _run([sys.executable, os.path.join(REPO, "create_pretraining_data.py"),
+        _run(_module_command("albert.create_pretraining_data",
               f"--input_file={corpus_path}", f"--output_file={output}",
               f"--spm_model_file={spm_model}", f"--max_seq_length={recipe.max_seq_length}",
               f"--max_predictions_per_seq={recipe.max_predictions_per_seq}",
-              f"--dupe_factor={recipe.dupe_factor}"], f"Pretraining records ({part})")  # fmt: skip
+              f"--dupe_factor={recipe.dupe_factor}"), f"Pretraining records ({part})",
+             output_dir)  # fmt: skip
         outputs.append(output)
     return outputs
 
 
 def pretraining_command(config, train, held_out, model_dir, recipe):
     steps = recipe.num_train_steps
-    return [
-        sys.executable, os.path.join(REPO, "run_pretraining.py"),
+    return _module_command(
+        "albert.run_pretraining",
         f"--albert_config_file={config}", f"--input_file={train}",
         f"--eval_input_file={held_out}", f"--output_dir={model_dir}", "--do_train", "--do_eval",
         f"--train_batch_size={recipe.train_batch_size}", "--eval_batch_size=256",
@@ -169,14 +187,21 @@ def pretraining_command(config, train, held_out, model_dir, recipe):
         f"--max_predictions_per_seq={recipe.max_predictions_per_seq}",
         f"--num_train_steps={steps}", f"--num_warmup_steps={recipe.num_warmup_steps}",
         f"--learning_rate={recipe.learning_rate}", f"--optimizer={recipe.optimizer}",
-        f"--poly_power={recipe.poly_power}", f"--save_checkpoints_steps={steps // 3}",
-        f"--iterations_per_loop={steps // 12}", "--max_eval_steps=40",
-    ]  # fmt: skip
+        f"--poly_power={recipe.poly_power}", f"--save_checkpoints_steps={max(1, steps // 3)}",
+        f"--iterations_per_loop={max(1, steps // 12)}", "--max_eval_steps=40",
+    )  # fmt: skip
 
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "/tmp/albert_quickstart", "Everything is written here.")
-flags.DEFINE_integer("num_train_steps", Recipe.num_train_steps, "Pretraining steps.")
+flags.DEFINE_integer("num_train_steps", Recipe.num_train_steps, "Pretraining steps.", lower_bound=1)
+flags.DEFINE_integer(
+    "max_corpus_chars",
+    None,
+    "Stop reading docstrings after about this many characters (default: the whole standard "
+    "library); 600000 makes a smoke run.",
+    lower_bound=1,
+)
 
 
 def main(argv):
@@ -186,19 +211,28 @@ def main(argv):
     out = os.path.abspath(FLAGS.output_dir)
     os.makedirs(out, exist_ok=True)
     print(f"== Corpus: docstrings of the Python {sys.version.split()[0]} standard library")
-    corpus = build_corpus(out)
+    corpus = build_corpus(out, max_chars=FLAGS.max_corpus_chars)
     prefix = os.path.join(out, "spm")
-    _run([sys.executable, "-m", "albert.data.vocab", f"--input_file={corpus[0]}",
-          f"--model_prefix={prefix}", f"--vocab_size={recipe.vocab_size}"], "Vocabulary")  # fmt: skip
-    train, held_out = create_records(out, corpus, prefix + ".model", recipe)
-    config = os.path.join(out, "albert_config.json")
-    with open(config, "w", encoding="utf-8") as f:
-        json.dump(TINY_CONFIG, f, indent=2, sort_keys=True)
-    model_dir = os.path.join(out, "pretrain")
-    _run(pretraining_command(config, train, held_out, model_dir, recipe), "Pretraining")
+    try:
+        _run(_module_command("albert.data.vocab", f"--input_file={corpus[0]}",
+             f"--model_prefix={prefix}", f"--vocab_size={recipe.vocab_size}"), "Vocabulary",
+             out)  # fmt: skip
+        train, held_out = create_records(out, corpus, prefix + ".model", recipe)
+        config = os.path.join(out, "albert_config.json")
+        with open(config, "w", encoding="utf-8") as f:
+            json.dump(TINY_CONFIG, f, indent=2, sort_keys=True)
+        model_dir = os.path.join(out, "pretrain")
+        _run(pretraining_command(config, train, held_out, model_dir, recipe), "Pretraining", out)
+    except StepError as e:  # One line: the step printed its own error above.
+        sys.exit(f"quickstart: error: the step '{e}' failed; see its output above.")
     print(f"\nDone in {time.time() - start:.0f} s. Held-out results: {model_dir}/eval_results.txt")
     print(f"Watch the curves with:\n    tensorboard --logdir={model_dir}")
 
 
-if __name__ == "__main__":
+def run():
+    """Console-script entry point (`albert-quickstart`)."""
     app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,39 @@
+r"""Pretrains ALBERT (masked LM + sentence order) on TFRecords from create_pretraining_data.
+
+The flags and defaults are the original's, plus --strategy, --mixed_precision and
+--jit_compile. --albert_config_file takes a path or the name of a published config shipped
+with the package (albert_base_v2, base_v2, ...). Example (one machine, its GPUs or CPU):
+
+    python -m albert.run_pretraining --albert_config_file=albert_base_v2 \
+        --input_file=data/*.tfrecord --output_dir=out --do_train --do_eval \
+        --train_batch_size=256 --max_seq_length=128 --num_train_steps=10000
+
+Resuming is automatic: rerun the same command and training continues from the last
+checkpoint in --output_dir. The same command runs as `albert-pretrain` (console script) and,
+from a clone, `python run_pretraining.py`.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import flags  # noqa: E402
+
+from albert.training import flags as training_flags  # noqa: E402
+from albert.training import pretraining  # noqa: E402
+
+training_flags.define_pretraining_flags()
+
+
+def main(argv):
+    del argv
+    pretraining.run_from_flags(flags.FLAGS)
+
+
+def run():
+    """Console-script entry point (`albert-pretrain`)."""
+    training_flags.run_main(main)
+
+
+if __name__ == "__main__":
+    run()
