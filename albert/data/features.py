@@ -18,12 +18,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import uuid
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
+from albert import fileio
 from albert.errors import AlbertError
 
 # Bump when the feature layout changes, so old caches are not read as new ones.
@@ -272,16 +272,14 @@ def write_feature_records(path, features):
     if not features:
         raise FeatureError(f"No features to write to {path}; the input split is empty.")
     schema = infer_schema(features[0])
-    tf.io.gfile.makedirs(os.path.dirname(path) or ".")
-    suffix = f".tmp-{uuid.uuid4().hex}"
-    with tf.io.TFRecordWriter(path + suffix) as writer:
+    with fileio.atomic_path(path) as temporary, tf.io.TFRecordWriter(temporary) as writer:
         for index, feature in enumerate(features):
             writer.write(_serialize(feature, schema, index))
-    with tf.io.gfile.GFile(schema_path(path) + suffix, "w") as f:
-        json.dump({"num_examples": len(features), "features": schema}, f, indent=1)
-    tf.io.gfile.rename(path + suffix, path, overwrite=True)
-    # The schema marks the cache complete, so it is moved into place last.
-    tf.io.gfile.rename(schema_path(path) + suffix, schema_path(path), overwrite=True)
+    # The schema marks the cache complete, so it is written last; `num_bytes` lets a reader
+    # tell a records file cut short (a copy interrupted, a full disk) from a complete one.
+    meta = {"num_examples": len(features), "num_bytes": tf.io.gfile.stat(path).length}
+    schema_text = json.dumps({**meta, "features": schema}, indent=1)
+    fileio.write_text(schema_path(path), schema_text)
 
 
 def read_feature_records(path):
@@ -343,6 +341,38 @@ class CachedFeatures:
     path: str | None
 
 
+def cache_damage(path) -> str | None:
+    """Why the feature cache at `path` cannot be read, or None when it looks intact.
+
+    Cheap checks only: the schema parses, and the records file has the size the schema
+    recorded (a cache from before `num_bytes` was recorded is scanned once instead, which
+    finds a cut-short file through TFRecord's checksums).
+    """
+    try:
+        with tf.io.gfile.GFile(schema_path(path)) as f:
+            meta = json.load(f)
+    except ValueError:  # not JSON, or not UTF-8
+        meta = None
+    if not (
+        isinstance(meta, dict)
+        and isinstance(meta.get("features"), dict)
+        and isinstance(meta.get("num_examples"), int)
+    ):
+        return f"damaged (its schema {schema_path(path)} is not a complete JSON schema)"
+    size = tf.io.gfile.stat(path).length
+    if "num_bytes" in meta:
+        if size != meta["num_bytes"]:
+            return f"truncated ({size} of {meta['num_bytes']} bytes)"
+        return None
+    try:
+        count = sum(1 for _ in tf.data.TFRecordDataset(path))
+    except tf.errors.DataLossError:
+        return "truncated or corrupted (a record fails its checksum)"
+    if count != meta["num_examples"]:
+        return f"truncated ({count} of {meta['num_examples']} records)"
+    return None
+
+
 def load_or_create_features(path, create_features):
     """Reads features from the cache file `path`, or creates, writes and reads them.
 
@@ -352,12 +382,18 @@ def load_or_create_features(path, create_features):
             called only when the cache does not hold them yet.
 
     Returns:
-        A `CachedFeatures`.
+        A `CachedFeatures`. A cache found truncated or damaged (`cache_damage`) is rebuilt,
+        with a warning naming it.
     """
     if path is None:
         dataset, count = features_to_dataset(create_features())
         return CachedFeatures(dataset, count, from_cache=False, path=None)
     from_cache = tf.io.gfile.exists(path) and tf.io.gfile.exists(schema_path(path))
+    if from_cache:
+        damage = cache_damage(path)
+        if damage:
+            logging.warning("The feature cache %s is %s; rebuilding it.", path, damage)
+            from_cache = False
     if not from_cache:
         write_feature_records(path, create_features())
     dataset, count = read_feature_records(path)

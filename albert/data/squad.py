@@ -220,20 +220,31 @@ def load_features(
         name = cache_file_name(squad_file, tokenizer, is_training, *settings[:3])
         path = os.path.join(cache_dir, name)
     metadata_cached = path is not None and tf.io.gfile.exists(metadata_path(path))
+    features = None
     if metadata_cached and not is_training:
-        features = read_metadata(metadata_path(path), tokenizer, max_seq_length)
-    elif not is_training:
+        try:
+            features = read_metadata(metadata_path(path), tokenizer, max_seq_length)
+        except tf.errors.DataLossError:
+            logging.warning(
+                "The feature cache %s is truncated; rebuilding it.", metadata_path(path)
+            )
+            metadata_cached = False
+    if not is_training and features is None:
         features = convert_examples_to_features(examples, tokenizer, *settings)
         if path:
             write_metadata(metadata_path(path), features)
-    else:
-        features = None
 
     def create():
         found = features or iter_features(examples, tokenizer, *settings)
         return [feature.model_inputs(is_training) for feature in found]
 
     cached = feature_lib.load_or_create_features(path, create)
+    if features is not None and len(features) != cached.num_examples:
+        # A sidecar cut short at a record boundary passes its checksums: count it.
+        logging.warning("The feature cache %s is truncated; rebuilding it.", metadata_path(path))
+        features = convert_examples_to_features(examples, tokenizer, *settings)
+        write_metadata(metadata_path(path), features)
+        metadata_cached = False
     from_cache = cached.from_cache and (is_training or metadata_cached)
     logging.info(
         "SQuAD %s: %d examples, %d features %s.",

@@ -29,12 +29,12 @@ features from it without tokenizing.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from albert import fileio
 from albert.data import features as feature_lib
 from albert.data.squad_alignment import align_tokens, char_span_to_token_span
 from albert.errors import AlbertError
@@ -326,12 +326,9 @@ def metadata_path(records_path: str) -> str:
 
 def write_metadata(path: str, features) -> None:
     """Writes the post-processing metadata of `features` to a TFRecord file, atomically."""
-    tf.io.gfile.makedirs(os.path.dirname(path) or ".")
-    temporary = path + ".tmp"
-    with tf.io.TFRecordWriter(temporary) as writer:
+    with fileio.atomic_path(path) as temporary, tf.io.TFRecordWriter(temporary) as writer:
         for feature in features:
             writer.write(_serialize_metadata(feature))
-    tf.io.gfile.rename(temporary, path, overwrite=True)
 
 
 def read_metadata(path: str, tokenizer, max_seq_length: int) -> list:

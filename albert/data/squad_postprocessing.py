@@ -42,6 +42,7 @@ import os
 
 import numpy as np
 
+from albert import fileio
 from albert.errors import AlbertError
 from albert.metrics import squad as squad_metrics
 
@@ -249,10 +250,12 @@ def compute_predictions_v2(
 def write_predictions(output_dir, predictions, nbest, null_odds=None) -> dict:
     """Writes `predictions.json`, `nbest_predictions.json` and (v2) `null_odds.json`.
 
+    Each file is written whole or not at all (`albert.fileio`), on any tf.io.gfile path
+    (local, gs://); `output_dir` is created if needed.
+
     Returns:
         dict file kind ("predictions", "nbest", "null_odds") -> path written.
     """
-    os.makedirs(output_dir, exist_ok=True)
     contents = {"predictions": predictions, "nbest": nbest}
     if null_odds is not None:
         contents["null_odds"] = null_odds
@@ -264,10 +267,12 @@ def write_predictions(output_dir, predictions, nbest, null_odds=None) -> dict:
     paths = {}
     for kind, content in contents.items():
         paths[kind] = os.path.join(output_dir, names[kind])
-        with open(paths[kind], "w", encoding="utf-8") as f:
-            json.dump(content, f, indent=4, ensure_ascii=False)
-            f.write("\n")
+        fileio.write_text(paths[kind], _json_text(content))
     return paths
+
+
+def _json_text(content) -> str:
+    return json.dumps(content, indent=4, ensure_ascii=False) + "\n"
 
 
 def apply_null_threshold(predictions, null_odds, threshold) -> dict:
@@ -312,8 +317,5 @@ def tune_null_threshold(dataset, predictions, null_odds, output_dir=None, metric
     evaluation = squad_metrics.evaluate_v2(dataset, predictions, null_odds, threshold)
     thresholded = apply_null_threshold(predictions, null_odds, threshold)
     if output_dir:
-        path = os.path.join(output_dir, "predictions.json")
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(thresholded, f, indent=4, ensure_ascii=False)
-            f.write("\n")
+        fileio.write_text(os.path.join(output_dir, "predictions.json"), _json_text(thresholded))
     return NullThreshold(threshold, thresholded, evaluation)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from albert import fileio
+
 EVAL_RESULTS_FILE = "eval_results.txt"
 # The original ends each evaluated checkpoint's block in eval_results.txt with this line.
 BLOCK_SEPARATOR = "=" * 50
@@ -51,6 +53,7 @@ def write_eval_results(output_dir, results, append=False):
             with tf.io.gfile.GFile(path) as f:
                 previous = f.read()
         text = previous + text + BLOCK_SEPARATOR + "\n"
-    with tf.io.gfile.GFile(path, "w") as f:
-        f.write(text)
+    # The whole file is rewritten under a temporary name and renamed: a kill or a full disk
+    # never leaves earlier blocks truncated.
+    fileio.write_text(path, text)
     return path

@@ -27,8 +27,8 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import tensorflow as tf
 
+from albert import fileio
 from albert.data.glue import GlueDataError, get_task
 
 TEST_RESULTS_FILE = "test_results.tsv"
@@ -214,7 +214,5 @@ def write_submission(output_dir, task_name, examples, predictions):
 
 
 def _write_lines(path, lines):
-    tf.io.gfile.makedirs(os.path.dirname(path) or ".")
-    with tf.io.gfile.GFile(path, "w") as f:
-        f.write("".join(lines))
+    fileio.write_text(path, "".join(lines))
     return path

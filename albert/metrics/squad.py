@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import re
 import string
 
@@ -258,12 +257,14 @@ def evaluate_v2(dataset, predictions, na_probs=None, na_prob_thresh=1.0) -> dict
 
 
 def load_json(path: str, what: str):
-    """Reads a JSON file, raising SquadEvalError naming `what` and the path if it cannot."""
-    if not os.path.isfile(path):
+    """Reads a JSON file (any tf.io.gfile path), raising SquadEvalError naming `what` and it."""
+    import tensorflow as tf  # here: the evaluation itself needs no TensorFlow
+
+    if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
         raise SquadEvalError(f"The {what} {path!r} does not exist; check the path.")
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        with tf.io.gfile.GFile(path, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise SquadEvalError(f"The {what} {path!r} is not valid JSON ({e}).") from None
 

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
+from albert import fileio
 from albert.data import glue
 from albert.metrics import glue as glue_metrics
 from albert.modeling import AlbertBackbone, AlbertClassifier
@@ -123,7 +124,8 @@ class GlueTask(engine.FineTuningTask):
         paths = [glue_metrics.write_test_results(output_dir, outputs)]
         submission = glue_metrics.write_submission(output_dir, self.glue.name, examples, outputs)
         submit_results = tf.io.gfile.join(output_dir, SUBMIT_RESULTS_FILE)
-        tf.io.gfile.copy(submission, submit_results, overwrite=True)
+        with fileio.atomic_path(submit_results) as temporary:
+            tf.io.gfile.copy(submission, temporary, overwrite=True)
         return [*paths, submission, submit_results]
 
     def export_saved_model(self, model, export_dir):

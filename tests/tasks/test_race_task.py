@@ -78,7 +78,8 @@ def test_one_level_and_user_errors(tmp_path):
     data_dir = write_race(tmp_path / "data", {"dev": 4}, seed=1)
     config = synthetic.write_config(tmp_path / "config.json")
     common = [f"--data_dir={data_dir}", f"--albert_config_file={config}",
-              f"--output_dir={tmp_path / 'out'}", "--max_seq_length=32"]  # fmt: skip
+              f"--output_dir={tmp_path / 'out'}", "--max_seq_length=32",
+              "--max_qa_length=10"]  # fmt: skip
     task = race.RaceTask(data_dir, None, None, 32, 10, 4, 4, 4, high_only=True)
     assert task.levels == ("high",)
     with pytest.raises(race_data.RaceDataError, match="at most one"):
