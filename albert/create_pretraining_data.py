@@ -1,14 +1,19 @@
 """Creates ALBERT pretraining TFRecords (masked LM + sentence order) from text.
 
 Input: one sentence per line with a blank line between documents, or WikiExtractor output.
-The flags and defaults are the original `create_pretraining_data.py`'s, plus --num_workers and
---num_output_shards. See albert/data/create_pretraining_data.py for the design (streaming,
-reproducible whatever the number of workers) and for fanning out over many machines.
+The flags and defaults are the original `create_pretraining_data.py`'s, plus --num_workers,
+--num_output_shards, the shuffle's --temp_dir / --shuffle_bucket_mb / --delete_stale_shards,
+and --beam_pipeline_options. Every instance of the corpus is shuffled globally, as the
+original does in memory, here in bounded memory; see albert/data/create_pretraining_data.py
+for the design and albert/data/beam_pipeline.py for running it on a cluster.
 
 Example:
     python -m albert.create_pretraining_data --input_file='wiki/*/wiki_*,books.txt' \
         --output_file=data/pretrain --num_output_shards=16 --spm_model_file=30k-clean.model \
         --max_seq_length=512 --dupe_factor=40
+
+The same on Apache Beam (Dataflow, Flink, Spark; the DirectRunner on one machine):
+    ... --beam_pipeline_options="runner=DirectRunner,direct_num_workers=2"
 """
 
 import sys
@@ -44,6 +49,33 @@ flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens to mask.")
 flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target length.")
 flags.DEFINE_integer("num_workers", None, "Worker processes (default: every available core).")
 flags.DEFINE_integer("num_output_shards", None, "Write this many files named from --output_file.")
+flags.DEFINE_string(
+    "temp_dir",
+    None,
+    "Local folder for the global shuffle's bucket files (about the output's size). Default: a "
+    "hidden folder beside the output, or the system's temporary folder for gs:// outputs.",
+)
+flags.DEFINE_integer(
+    "shuffle_bucket_mb", 64, "Most MB one shuffle bucket holds: bounds the memory of the shuffle."
+)
+flags.DEFINE_bool(
+    "delete_stale_shards",
+    False,
+    "Delete shards of an earlier run with another --num_output_shards (otherwise an error).",
+)
+flags.DEFINE_string(
+    "beam_pipeline_options",
+    None,
+    "Run on Apache Beam with these comma-separated name=value options, e.g. "
+    '"runner=DirectRunner,direct_num_workers=2" or "runner=DataflowRunner,project=P,'
+    'region=R,temp_location=gs://..."; same output bytes as the default local processes.',
+)
+flags.DEFINE_enum(
+    "input_file_mode",
+    "r",
+    ["r", "rb"],
+    "The original's mode for opening inputs; both read UTF-8 text here (kept for its commands).",
+)
 
 FLAGS = flags.FLAGS
 
@@ -60,6 +92,10 @@ def main(argv):
         random_seed=FLAGS.random_seed,
         num_workers=FLAGS.num_workers,
         num_output_shards=FLAGS.num_output_shards,
+        temp_dir=FLAGS.temp_dir,
+        bucket_bytes=FLAGS.shuffle_bucket_mb << 20,
+        delete_stale_shards=FLAGS.delete_stale_shards,
+        beam_pipeline_options=FLAGS.beam_pipeline_options,
         instance=InstanceOptions(
             max_seq_length=FLAGS.max_seq_length,
             max_predictions_per_seq=FLAGS.max_predictions_per_seq,

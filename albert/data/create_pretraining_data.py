@@ -92,6 +92,8 @@ class PretrainingDataConfig:
         bucket_bytes: the most a bucket should hold, which bounds the memory of the gather.
         delete_stale_shards: delete shards of an earlier run with another shard count
             (otherwise they are an error).
+        beam_pipeline_options: run on Apache Beam with these comma-separated `name=value`
+            options (see `albert.data.beam_pipeline`) instead of local worker processes.
     """
 
     input_file: str
@@ -109,6 +111,7 @@ class PretrainingDataConfig:
     temp_dir: str | None = None
     bucket_bytes: int = shuffle.DEFAULT_BUCKET_BYTES
     delete_stale_shards: bool = False
+    beam_pipeline_options: str | None = None
 
 
 @dataclasses.dataclass
@@ -148,8 +151,13 @@ class Summary:
             f"{self.seconds:.1f} s ({rate:.0f} instances/s); label 1 (swapped or random B): "
             f"{self.label_ones}; masked tokens: {self.masked_tokens}.",
             f"Global shuffle: {self.buckets} buckets, gathered in {self.shuffle_seconds:.1f} s.",
-            f"Peak memory: largest worker {self.worker_peak_rss_mb:.0f} MB, this process "
-            f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB.",
+            "Peak memory: "
+            + (
+                f"largest worker {self.worker_peak_rss_mb:.0f} MB, "
+                if self.worker_peak_rss_mb
+                else ""
+            )
+            + f"this process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB.",
         ]
 
 
@@ -195,7 +203,9 @@ def validate(config: PretrainingDataConfig) -> tuple:
     if config.num_workers is not None and config.num_workers < 1:
         raise PretrainingDataError(f"--num_workers must be >= 1; got {config.num_workers}.")
     if config.bucket_bytes < 1 << 20:
-        raise PretrainingDataError(f"--shuffle_bucket_mb must be >= 1; got {config.bucket_bytes}.")
+        raise PretrainingDataError(
+            f"--shuffle_bucket_mb must be >= 1; got {config.bucket_bytes / (1 << 20):g}."
+        )
     config.instance.validate()
     inputs = expand_input_files(config.input_file)
     for path in inputs:
@@ -446,7 +456,6 @@ def create_pretraining_data(config: PretrainingDataConfig) -> Summary:
     """
     input_files, output_files = validate(config)
     worker = _Worker(config)  # Fails here, once, on a bad model / vocab file.
-    num_workers = config.num_workers or len(os.sched_getaffinity(0))
     summary = Summary(output_files=output_files)
     input_bytes = sum(os.path.getsize(p) for p in input_files)
     per_shard = shuffle.buckets_per_shard(
@@ -454,14 +463,36 @@ def create_pretraining_data(config: PretrainingDataConfig) -> Summary:
     )
     summary.buckets = per_shard * len(output_files)
     logging.info(
-        "Creating pretraining data from %d files (%.1f MB) with %d workers; shuffling through "
-        "%d buckets.",
+        "Creating pretraining data from %d files (%.1f MB) %s; shuffling through %d buckets.",
         len(input_files),
         input_bytes / 1e6,
-        num_workers,
+        "on Apache Beam"
+        if config.beam_pipeline_options
+        else f"with {config.num_workers or len(os.sched_getaffinity(0))} workers",
         summary.buckets,
     )
     start = time.perf_counter()
+    if config.beam_pipeline_options:
+        _create_with_beam(config, input_files, output_files, per_shard, summary)
+    else:
+        _create_locally(config, input_files, output_files, per_shard, summary, worker, start)
+    summary.seconds = time.perf_counter() - start
+    for line in summary.lines():
+        logging.info(line)
+    return summary
+
+
+def _no_instance_error(config):
+    return PretrainingDataError(
+        f"No instance could be made from --input_file {config.input_file!r}: every document "
+        "is empty or has fewer than 2 sentences (expected one sentence per line, a blank line "
+        "between documents, or WikiExtractor <doc> blocks)."
+    )
+
+
+def _create_locally(config, input_files, output_files, per_shard, summary, worker, start):
+    """The default engine: worker processes on this machine, buckets on local disk."""
+    num_workers = config.num_workers or len(os.sched_getaffinity(0))
     tasks = _tasks(input_files, summary.corpus, config.unit_chars)
     runner = _UnitRunner(config, num_workers, worker)
     bucket_directory = None
@@ -475,11 +506,7 @@ def create_pretraining_data(config: PretrainingDataConfig) -> Summary:
         _scatter(config, runner, tasks, bucket_writer, summary, start)
         runner.close()
         if summary.instances == 0:
-            raise PretrainingDataError(
-                f"No instance could be made from --input_file {config.input_file!r}: every "
-                "document is empty or has fewer than 2 sentences (expected one sentence per "
-                "line, a blank line between documents, or WikiExtractor <doc> blocks)."
-            )
+            raise _no_instance_error(config)
         gather_start = time.perf_counter()
         temporaries = _gather(bucket_writer, per_shard, output_files)
         _commit(temporaries, output_files, stale)
@@ -488,10 +515,38 @@ def create_pretraining_data(config: PretrainingDataConfig) -> Summary:
         runner.close()
         if bucket_directory:
             shutil.rmtree(bucket_directory, ignore_errors=True)
-    summary.seconds = time.perf_counter() - start
-    for line in summary.lines():
-        logging.info(line)
-    return summary
+
+
+def _create_with_beam(config, input_files, output_files, per_shard, summary):
+    """The Apache Beam engine (`albert.data.beam_pipeline`): same bytes as the local one."""
+    try:
+        from albert.data import beam_pipeline
+    except ImportError as e:
+        raise PretrainingDataError(
+            f"--beam_pipeline_options needs Apache Beam ({e}); install it with "
+            "`pip install apache-beam` (or `pip install .[beam]`)."
+        ) from None
+    stale = _check_stale_shards(config, output_files)
+    counters, temporaries = beam_pipeline.run_pipeline(
+        config, input_files, output_files, per_shard, config.beam_pipeline_options
+    )
+    summary.corpus.files = len(input_files)
+    summary.corpus.documents = counters.pop("documents")
+    for name, value in counters.items():
+        setattr(summary, name, value)
+    try:
+        if summary.instances == 0:
+            raise _no_instance_error(config)
+        import tensorflow as tf
+
+        for temporary in temporaries:
+            if not tf.io.gfile.exists(temporary):  # A shard that got no instance.
+                tf.io.gfile.GFile(temporary, "wb").close()
+        _commit(temporaries, output_files, stale)
+    except BaseException:
+        for temporary in temporaries:
+            fileio.remove_quietly(temporary)
+        raise
 
 
 def _log_progress(summary, seconds):

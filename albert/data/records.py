@@ -11,7 +11,10 @@ files made by either project are read by both:
 
 from __future__ import annotations
 
+import os
+
 import tensorflow as tf
+from absl import logging
 
 from albert.errors import AlbertError
 
@@ -99,12 +102,25 @@ def parse_examples(serialized, max_seq_length, max_predictions_per_seq):
 
 
 def expand_file_patterns(patterns):
-    """Comma-separated globs (or a list of them) -> sorted list of files; errors if none."""
+    """Comma-separated globs (or a list of them) -> sorted list of files; errors if none.
+
+    Hidden names (a leading ".") are left out: they are the temporary files and folders of
+    writers that are running or were killed (`albert.fileio`), never finished data.
+    """
     if isinstance(patterns, str):
         patterns = [p for p in patterns.split(",") if p.strip()]
     files = []
     for pattern in patterns:
         matched = tf.io.gfile.glob(pattern.strip())
+        hidden = [m for m in matched if os.path.basename(m.rstrip("/")).startswith(".")]
+        if hidden:
+            logging.warning(
+                "Skipping %d hidden files matching %r (temporary files of a writer), e.g. %s.",
+                len(hidden),
+                pattern,
+                hidden[0],
+            )
+        matched = [m for m in matched if m not in hidden]
         if not matched:
             raise RecordError(f"No input file matches {pattern!r}.")
         files.extend(matched)
@@ -130,6 +146,11 @@ def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
     raise RecordError(f"{files[0]} holds no records.")
 
 
+# Files read at once: every shard of a host up to this many (more would cost a read buffer each).
+MAX_INTERLEAVED_FILES = 64
+MIN_SHUFFLE_BUFFER = 1024
+
+
 def pretraining_dataset(
     input_files,
     batch_size,
@@ -142,6 +163,12 @@ def pretraining_dataset(
 ):
     """tf.data over pretraining TFRecords, as the original's input_fn but shardable.
 
+    Training reads up to `MAX_INTERLEAVED_FILES` of this pipeline's files at once, one record
+    from each in turn (file order reshuffled every pass), through a shuffle buffer of at least
+    two steps' worth of records. Evaluation (no shuffle, deterministic) also takes one record
+    from each file in turn, so its batches come from every shard rather than from the start of
+    the first one.
+
     Args:
         input_files: comma-separated globs or a list of file names.
         batch_size: per-pipeline batch size (per replica under a strategy's
@@ -151,6 +178,7 @@ def pretraining_dataset(
         input_context: a `tf.distribute.InputContext`; files are sharded across input
             pipelines (hosts / workers), or records when there are fewer files than pipelines.
         seed: shuffle seed, for reproducible order.
+        num_cpu_threads: parallel readers (at most the files read at once).
 
     Returns:
         A `tf.data.Dataset` of dicts with the feature names above ([B, T] / [B, P] / [B, 1]).
@@ -159,27 +187,36 @@ def pretraining_dataset(
     check_record_shapes(files, max_seq_length, max_predictions_per_seq)
     dataset = tf.data.Dataset.from_tensor_slices(files)
     shard_records = False
+    pipeline_files = len(files)
+    replicas_per_pipeline = 1
+    if input_context:
+        replicas_per_pipeline = max(
+            1, input_context.num_replicas_in_sync // input_context.num_input_pipelines
+        )
     if input_context and input_context.num_input_pipelines > 1:
         if len(files) >= input_context.num_input_pipelines:
             dataset = dataset.shard(
                 input_context.num_input_pipelines, input_context.input_pipeline_id
             )
+            pipeline_files = len(files) // input_context.num_input_pipelines
         else:
             shard_records = True
+    cycle_length = max(1, min(MAX_INTERLEAVED_FILES, pipeline_files))
     if is_training:
         dataset = dataset.shuffle(len(files), seed=seed).repeat()
-        dataset = dataset.interleave(
-            tf.data.TFRecordDataset,
-            cycle_length=min(num_cpu_threads, len(files)),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=seed is not None,
-        )
-    else:
-        dataset = dataset.flat_map(tf.data.TFRecordDataset)
+    dataset = dataset.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=cycle_length,
+        block_length=1,
+        num_parallel_calls=min(num_cpu_threads, cycle_length),
+        deterministic=not is_training or seed is not None,
+    )
     if shard_records:
         dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     if is_training:
-        dataset = dataset.shuffle(buffer_size=1000, seed=seed)
+        # Two steps' worth of this pipeline's records (every local replica's batch).
+        buffer_size = max(MIN_SHUFFLE_BUFFER, 2 * batch_size * replicas_per_pipeline)
+        dataset = dataset.shuffle(buffer_size=buffer_size, seed=seed)
     dataset = dataset.batch(batch_size, drop_remainder=True)
     dataset = dataset.map(
         lambda records: parse_examples(records, max_seq_length, max_predictions_per_seq),

@@ -252,3 +252,22 @@ def test_sigkill_while_writing_leaves_old_or_complete_files(tmp_path, corpus_fil
     )
     assert _read(sorted(killed.glob("d-*"))) == _read(expected)
     assert not [p for p in killed.iterdir() if p.name.startswith(".")]  # Leftovers removed.
+
+
+def test_beam_direct_runner_writes_the_same_bytes(tmp_path, corpus_file, spm_model):
+    pytest.importorskip("apache_beam")
+    local = create_pretraining_data(
+        _config(corpus_file, spm_model, tmp_path / "local" / "d", num_output_shards=3)
+    )
+    beam = create_pretraining_data(
+        _config(
+            corpus_file,
+            spm_model,
+            tmp_path / "beam" / "d",
+            num_output_shards=3,
+            beam_pipeline_options="runner=DirectRunner,direct_num_workers=2",
+        )
+    )
+    assert _read(beam.output_files) == _read(local.output_files)
+    assert beam.instances == local.instances and beam.documents_used == local.documents_used
+    assert not [p for p in (tmp_path / "beam").iterdir() if p.name.startswith(".")]

@@ -8,7 +8,12 @@ from albert.data.create_pretraining_data import PretrainingDataConfig, create_pr
 from albert.data.example_proto import ExampleEncoder, encode_varint
 from albert.data.masking import InstanceBatch, MaskingVocabulary, create_masked_lm_batch
 from albert.data.pretraining import InstanceOptions
-from albert.data.records import pretraining_dataset, serialize_instance
+from albert.data.records import (
+    RecordError,
+    expand_file_patterns,
+    pretraining_dataset,
+    serialize_instance,
+)
 from tests.helpers import TINY_TEXT, train_tiny_spm
 
 
@@ -145,3 +150,38 @@ def test_created_files_read_back(tmp_path):
     raw = next(iter(tf.data.TFRecordDataset(summary.output_files[0]))).numpy()
     boundary = tf.train.Example.FromString(raw).features.feature["token_boundary"].int64_list.value
     assert len(boundary) == 64 and boundary[0] == 1
+
+
+def _write_labelled_files(tmp_path, num_files, records_per_file):
+    """Files whose records say which file they are in (next_sentence_labels = file index)."""
+    paths = []
+    for f in range(num_files):
+        paths.append(str(tmp_path / f"shard-{f}"))
+        with tf.io.TFRecordWriter(paths[-1]) as writer:
+            for _ in range(records_per_file):
+                writer.write(serialize_instance([2, 5, 3], [0, 0, 0], [1, 1, 1], [1], [5], f, 7, 2))
+    return paths
+
+
+def test_evaluation_batches_come_from_every_shard(tmp_path):
+    paths = _write_labelled_files(tmp_path, 3, 10)
+    first = next(iter(pretraining_dataset(paths, 6, 7, 2, is_training=False)))
+    assert first["next_sentence_labels"][:, 0].numpy().tolist() == [0, 1, 2, 0, 1, 2]
+    everything = pretraining_dataset(paths, 6, 7, 2, is_training=False).unbatch()
+    assert sum(1 for _ in everything) == 30  # Each record once.
+
+
+def test_training_mixes_shards_within_a_batch(tmp_path):
+    paths = _write_labelled_files(tmp_path, 4, 300)
+    dataset = pretraining_dataset(paths, 64, 7, 2, is_training=True, seed=1)
+    labels = next(iter(dataset))["next_sentence_labels"][:, 0].numpy()
+    assert set(labels.tolist()) == {0, 1, 2, 3}
+
+
+def test_hidden_temporary_files_are_not_read(tmp_path):
+    paths = _write_labelled_files(tmp_path, 2, 1)
+    (tmp_path / ".shard-2.tmp-0123").write_bytes(b"partial")  # A killed writer's file.
+    (tmp_path / ".albert-shuffle-host-1").mkdir()
+    assert expand_file_patterns(f"{tmp_path}/*") == paths
+    with pytest.raises(RecordError, match="No input file matches"):
+        expand_file_patterns(f"{tmp_path}/.shard-*")
