@@ -20,6 +20,7 @@ from __future__ import annotations
 import glob
 import os
 import sys
+import uuid
 
 import sentencepiece as spm
 
@@ -112,11 +113,14 @@ def train_vocab(
     directory = os.path.dirname(model_prefix)
     if directory:
         os.makedirs(directory, exist_ok=True)
+    # Trained under a hidden temporary prefix, checked, then renamed: a failure or a full disk
+    # never leaves a cut-short model under the final name or replaces an earlier one.
+    temporary = os.path.join(directory, f".{os.path.basename(model_prefix)}.tmp-{uuid.uuid4().hex}")
     spm.set_random_generator_seed(seed)
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iterate_sentences(files, do_lower_case, normalize),
-            model_prefix=model_prefix,
+            model_prefix=temporary,
             vocab_size=vocab_size,
             model_type="unigram",
             pad_id=0,
@@ -131,12 +135,39 @@ def train_vocab(
             num_threads=num_threads,
             minloglevel=2,
         )
+        _check_written(temporary, vocab_size)
+        os.replace(temporary + ".vocab", model_prefix + ".vocab")
+        os.replace(temporary + ".model", model_prefix + ".model")  # Last: marks it complete.
     except RuntimeError as e:
         raise VocabError(
             f"SentencePiece could not train on {len(files)} file(s) with "
             f"vocab_size={vocab_size}: {e}"
         ) from None
+    finally:
+        for extension in (".model", ".vocab"):
+            if os.path.exists(temporary + extension):
+                os.remove(temporary + extension)
     return model_prefix + ".model"
+
+
+def _check_written(prefix, vocab_size):
+    """Raises VocabError unless PREFIX.model loads and PREFIX.vocab has every piece.
+
+    SentencePiece reports success even when the disk filled up while it wrote its files.
+    """
+    folder = os.path.dirname(prefix) or "."
+    try:
+        model = spm.SentencePieceProcessor(model_file=prefix + ".model")
+        with open(prefix + ".vocab", encoding="utf-8") as f:
+            vocab_lines = sum(1 for _ in f)
+        complete = model.get_piece_size() == vocab_size == vocab_lines
+    except (OSError, RuntimeError, UnicodeDecodeError):
+        complete = False
+    if not complete:
+        raise VocabError(
+            f"The vocabulary written to {folder} is incomplete (is the disk full?); nothing "
+            "was replaced. Free some space and run again."
+        )
 
 
 def main(argv=None):

@@ -176,3 +176,42 @@ def test_command_line_error_is_one_line(tmp_path):
         "matches no file; check the path."
     )
     assert "Traceback" not in result.stderr
+
+
+def _mount_tmpfs(path, size):
+    """Mounts a tmpfs of `size` bytes at `path`; False when this process may not mount."""
+    if os.geteuid() != 0:
+        return False
+    os.makedirs(path, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)])
+    return done.returncode == 0
+
+
+def test_full_disk_keeps_the_earlier_model(tmp_path, monkeypatch):
+    text = write_corpus(tmp_path)
+    earlier = train_vocab(text, str(tmp_path / "earlier" / "m"), vocab_size=120, num_threads=1)
+    earlier_bytes = {e: open(earlier[:-6] + e, "rb").read() for e in (".model", ".vocab")}
+    disk = tmp_path / "disk"
+    if _mount_tmpfs(disk, len(earlier_bytes[".model"]) + len(earlier_bytes[".vocab"]) + 4096):
+        try:  # A real full disk: room for the earlier model, not for a second one.
+            for extension, data in earlier_bytes.items():
+                (disk / ("m" + extension)).write_bytes(data)
+            with pytest.raises(VocabError, match=r"incomplete \(is the disk full\?\)"):
+                train_vocab(text, str(disk / "m"), vocab_size=120, num_threads=1)
+            assert {e: (disk / ("m" + e)).read_bytes() for e in earlier_bytes} == earlier_bytes
+            assert sorted(os.listdir(disk)) == ["m.model", "m.vocab"]
+        finally:
+            subprocess.run(["umount", str(disk)], check=True)
+        return
+    # Not root: SentencePiece "succeeds" but its model file is cut short, as on a full disk.
+    real_train = spm.SentencePieceTrainer.train
+
+    def train_then_truncate(**kwargs):
+        real_train(**kwargs)
+        with open(kwargs["model_prefix"] + ".model", "r+b") as f:
+            f.truncate(100)
+
+    monkeypatch.setattr(spm.SentencePieceTrainer, "train", train_then_truncate)
+    with pytest.raises(VocabError, match="incomplete"):
+        train_vocab(text, earlier[: -len(".model")], vocab_size=120, num_threads=1)
+    assert {e: open(earlier[:-6] + e, "rb").read() for e in earlier_bytes} == earlier_bytes
