@@ -108,6 +108,24 @@ def config_from_flags(flag_values):
     return config
 
 
+def check_vocabulary(tokenizer, config):
+    """Raises FlagError when the tokenizer yields ids beyond the config's `vocab_size`.
+
+    Such ids make the embedding lookup fail mid-run on CPU (and read zeros silently on GPU).
+
+    Args:
+        tokenizer: an `albert.tokenization.FullTokenizer`.
+        config: the model's `AlbertConfig`.
+    """
+    size = max(tokenizer.vocab.values(), default=-1) + 1
+    if size > config.vocab_size:
+        source = tokenizer.spm_model_file or tokenizer.vocab_file
+        raise FlagError(
+            f"{source} has {size} pieces but the config's vocab_size is {config.vocab_size}; "
+            "pass the albert_config.json that goes with this vocabulary."
+        )
+
+
 def check_finetuning_flags(flag_values):
     """The checks every fine-tuning script shares (before anything heavy runs).
 

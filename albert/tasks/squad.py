@@ -346,6 +346,7 @@ def run_from_flags(flag_values):
     check_squad_flags(flag_values)
     tokenizer = finetuning_flags.tokenizer_from_flags(flag_values)
     config = finetuning_flags.config_from_flags(flag_values)
+    finetuning_flags.check_vocabulary(tokenizer, config)
     options = training_flags.run_options_from_flags(flag_values)
     # MultiWorkerMirroredStrategy must exist before any other TensorFlow op runs.
     strategy, _, _ = training_flags.strategy_from_flags(flag_values)

@@ -314,21 +314,31 @@ def quiet_python_logs():
     tf.autograph.set_verbosity(0)
     warnings.filterwarnings("ignore", category=UserWarning, module="keras")
     warnings.filterwarnings("ignore", category=DeprecationWarning)
-    logging.set_verbosity(logging.INFO)
+    logging.set_verbosity(max(logging.get_verbosity(), logging.INFO))  # --verbosity=1 stays
     logging.get_absl_logger().addFilter(_ProjectInfoOnly())
 
 
 def run_main(main):
-    """`absl.app.run(main)`, printing this project's user errors as one line, no traceback."""
+    """`absl.app.run(main)`, printing user errors and environmental failures as one line.
+
+    A project error (`albert.errors.AlbertError`), a corrupted record or checkpoint, a full
+    disk, a read-only output folder or token ids beyond the config's vocabulary print
+    `prog: error: <one sentence>` and exit with status 2 (`albert.training.failures`);
+    `--verbosity=1` (or higher) or `ALBERT_TRACEBACK=1` shows the traceback instead. Any other
+    exception is a bug and keeps its traceback.
+    """
+    from albert.training.failures import describe_failure, traceback_requested
 
     def guarded(argv):
+        verbosity = FLAGS.verbosity if "verbosity" in FLAGS else None
         quiet_python_logs()
         try:
             return main(argv)
-        except ValueError as e:
-            if not type(e).__module__.startswith("albert"):
+        except Exception as e:
+            message = describe_failure(e)
+            if message is None or traceback_requested(verbosity):
                 raise
-            print(f"{sys.argv[0]}: error: {e}", file=sys.stderr)
+            print(f"{sys.argv[0]}: error: {message}", file=sys.stderr)
             sys.exit(2)
 
     app.run(guarded)

@@ -1,0 +1,112 @@
+"""One sentence for each failure a user can act on, for the command-line entry points.
+
+`describe_failure` turns an exception into the line a CLI prints as `prog: error: <line>`:
+the project's own errors (`albert.errors.AlbertError`) as they are, and the common
+environmental failures, which otherwise surface as long TensorFlow or Python tracebacks, as a
+sentence naming the file and what to do:
+
+    tf.errors.DataLossError                  a record, cache or checkpoint is corrupted
+    OSError ENOSPC, "No space left"          the disk is full
+    OSError EACCES/EPERM/EROFS,
+    tf.errors.PermissionDeniedError          the output folder is read-only or not writable
+    InvalidArgumentError "indices ... not in [0, V)" from an embedding lookup
+                                             token ids beyond the config's vocab_size
+
+Anything else is a bug or an unforeseen failure and keeps its traceback. The traceback of a
+described failure too is shown with `--verbosity=1` (or higher) or `ALBERT_TRACEBACK=1`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+
+from albert.errors import AlbertError
+
+TRACEBACK_ENV = "ALBERT_TRACEBACK"
+_NO_SPACE = "No space left on device"
+_READ_ONLY = "Read-only file system"
+# Where TensorFlow names a file in an error message: an absolute or gs:// style path.
+_PATH = re.compile(r"((?:[a-z][a-z0-9+.-]*://|/)[^\s:;,'\"\[\]{}]+)")
+# tf.gather / embedding lookup: "indices[3,5] = 1200 is not in [0, 1000)".
+_OUT_OF_RANGE = re.compile(r"indices\[[\d,]*\] = (-?\d+) is not in \[0, (\d+)\)")
+
+
+def traceback_requested(verbosity: int | None = None) -> bool:
+    """Whether to show tracebacks: `--verbosity` of 1 or more, or `ALBERT_TRACEBACK=1`."""
+    if os.environ.get(TRACEBACK_ENV, "").strip() not in ("", "0"):
+        return True
+    return verbosity is not None and verbosity >= 1
+
+
+def _first_line(message: str) -> str:
+    """TensorFlow's message without its `{{function_node ...}}` prefix and `[Op:...]` tail."""
+    message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", str(message)).strip()
+    message = re.sub(r"\s*\[Op:[^\]]*\].*$", "", message.splitlines()[0] if message else "")
+    return message.strip()
+
+
+def _named_file(exception: BaseException) -> str | None:
+    filename = getattr(exception, "filename", None)
+    if filename:
+        return str(filename)
+    # Device names such as /job:localhost/replica:0 are not files.
+    for found in _PATH.finditer(_first_line(str(exception))):
+        if not found.group(1).startswith("/job"):
+            return found.group(1)
+    return None
+
+
+def _class_named(exception, name):
+    return any(cls.__name__ == name for cls in type(exception).__mro__)
+
+
+def describe_failure(exception: BaseException) -> str | None:
+    """The one-sentence message of a failure the user can act on, or None for a bug.
+
+    Args:
+        exception: what the entry point caught.
+
+    Returns:
+        The message to print after `prog: error: `, or None to let the traceback through.
+    """
+    if isinstance(exception, AlbertError):
+        return str(exception)
+    text = str(exception)
+    file = _named_file(exception)
+    where = f" ({file})" if file else ""
+    # TensorFlow errors are matched by class name so that this module stays TF-free.
+    if _class_named(exception, "DataLossError"):
+        subject = file or "A TFRecord, feature-cache or checkpoint file this run reads"
+        return (
+            f"{subject} is corrupted or truncated ({_first_line(text)}); rebuild it: rerun "
+            "create_pretraining_data, delete the --cached_dir feature cache, or restore the "
+            "checkpoint."
+        )
+    code = getattr(exception, "errno", None)
+    if code == errno.ENOSPC or _NO_SPACE in text:
+        return (
+            f"No space left on the disk while writing{where}; free some space or point "
+            "--output_dir (and --cached_dir) at a disk with room, then rerun to resume."
+        )
+    read_only = code == errno.EROFS or _READ_ONLY in text
+    if (
+        read_only
+        or code in (errno.EACCES, errno.EPERM)
+        or _class_named(exception, "PermissionDeniedError")
+    ):
+        reason = "is on a read-only file system" if read_only else "is not writable"
+        return (
+            f"{file or 'The output location'} {reason} (permission denied); pass an "
+            "--output_dir you can write to, or fix its permissions."
+        )
+    found = _OUT_OF_RANGE.search(text)
+    if _class_named(exception, "InvalidArgumentError") and found:
+        return (
+            f"A token id ({found.group(1)}) is outside the model's vocabulary of "
+            f"{found.group(2)} (the config's vocab_size): the data was tokenized with a "
+            "larger vocabulary; use the albert_config.json that goes with --spm_model_file "
+            "(or rebuild the data with the model's vocabulary)."
+        )
+    return None

@@ -1,0 +1,165 @@
+"""One error path: every user-facing error derives from AlbertError, and the entry points print
+environmental failures as one sentence naming the file and what to do."""
+
+import errno
+import importlib
+import inspect
+import os
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+import albert
+from albert.errors import AlbertError
+from albert.tasks import flags as finetuning_flags
+from albert.training.failures import describe_failure, traceback_requested
+
+REPO = Path(__file__).resolve().parents[2]
+SPM_MODEL = REPO / "tests" / "fixtures" / "tokenizer" / "tiny.model"
+
+
+def _albert_modules():
+    for info in pkgutil.walk_packages(albert.__path__, "albert."):
+        # Entry modules parse flags at import; the Beam pipeline needs apache_beam.
+        if info.name.split(".")[-1].startswith("run_") or "beam" in info.name:
+            continue
+        yield importlib.import_module(info.name)
+
+
+def test_every_value_error_class_derives_from_albert_error():
+    # ValueError-based classes are the user-facing ones (quickstart's StepError, a control-flow
+    # exception whose step has printed its own error, is not).
+    classes = {
+        f"{module.__name__}.{name}": value
+        for module in _albert_modules()
+        for name, value in vars(module).items()
+        if inspect.isclass(value) and issubclass(value, ValueError) and name.endswith("Error")
+        and value.__module__ == module.__name__
+    }  # fmt: skip
+    assert len(classes) >= 20, sorted(classes)
+    assert [name for name, cls in classes.items() if not issubclass(cls, AlbertError)] == []
+
+
+def test_project_errors_are_printed_as_they_are():
+    assert describe_failure(AlbertError("--x is required.")) == "--x is required."
+
+
+def test_data_loss_names_the_file_and_says_rebuild():
+    error = tf.errors.DataLossError(
+        None, None, "Unable to open table file /runs/out/model.ckpt-5.index: DATA_LOSS: bad magic"
+    )
+    message = describe_failure(error)
+    assert message.startswith("/runs/out/model.ckpt-5.index is corrupted or truncated (")
+    assert "rebuild it" in message
+
+
+def test_truncated_records_read_through_tf_data(tmp_path):
+    path = str(tmp_path / "train.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for _ in range(4):
+            writer.write(b"x" * 50)
+    Path(path).write_bytes(Path(path).read_bytes()[:-9])
+    with pytest.raises(tf.errors.DataLossError) as caught:
+        list(tf.data.TFRecordDataset(path))
+    message = describe_failure(caught.value)
+    assert message.startswith(
+        "A TFRecord, feature-cache or checkpoint file this run reads is corrupted or truncated "
+        "(truncated record at"
+    )
+    assert "function_node" not in message and "[Op:" not in message
+
+
+def test_full_disk():
+    error = OSError(errno.ENOSPC, "No space left on device", "/out/eval_results.txt")
+    assert describe_failure(error) == (
+        "No space left on the disk while writing (/out/eval_results.txt); free some space or "
+        "point --output_dir (and --cached_dir) at a disk with room, then rerun to resume."
+    )
+
+
+@pytest.mark.parametrize(
+    "error, reason",
+    [
+        (PermissionError(errno.EACCES, "Permission denied", "/ro/out"), "is not writable"),
+        (OSError(errno.EROFS, "Read-only file system", "/ro/out"), "is on a read-only file"),
+        (tf.errors.PermissionDeniedError(None, None, "/ro/out; Permission denied"),
+         "is not writable"),
+    ],
+)  # fmt: skip
+def test_read_only_output(error, reason):
+    message = describe_failure(error)
+    assert message.startswith(f"/ro/out {reason}")
+    assert "pass an --output_dir you can write to" in message
+
+
+def test_ids_beyond_the_vocabulary():
+    table = tf.zeros((10, 3))
+    with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+        tf.gather(table, tf.constant([[1, 12]]))
+    assert describe_failure(caught.value).startswith(
+        "A token id (12) is outside the model's vocabulary of 10 (the config's vocab_size)"
+    )
+
+
+def test_bugs_keep_their_traceback():
+    assert describe_failure(KeyError("x")) is None
+    assert describe_failure(tf.errors.InvalidArgumentError(None, None, "shapes differ")) is None
+
+
+def test_traceback_switches(monkeypatch):
+    monkeypatch.delenv("ALBERT_TRACEBACK", raising=False)
+    assert not traceback_requested(0) and not traceback_requested(None)
+    assert traceback_requested(1)
+    monkeypatch.setenv("ALBERT_TRACEBACK", "1")
+    assert traceback_requested(0)
+
+
+def test_vocabulary_larger_than_the_config_is_refused_up_front():
+    from albert.config import AlbertConfig
+    from albert.tokenization import FullTokenizer
+
+    tokenizer = FullTokenizer(spm_model_file=str(SPM_MODEL))
+    config = AlbertConfig(vocab_size=999, embedding_size=8, hidden_size=8, num_attention_heads=2,
+                          intermediate_size=8, num_hidden_layers=1)  # fmt: skip
+    with pytest.raises(finetuning_flags.FlagError) as error:
+        finetuning_flags.check_vocabulary(tokenizer, config)
+    assert str(error.value) == (
+        f"{SPM_MODEL} has 1000 pieces but the config's vocab_size is 999; pass the "
+        "albert_config.json that goes with this vocabulary."
+    )
+    finetuning_flags.check_vocabulary(tokenizer, config.replace(vocab_size=1000))
+
+
+def _run_classifier(*args, env=None):
+    command = [sys.executable, "-m", "albert.run_classifier", "--task_name=sst-2",
+               f"--spm_model_file={SPM_MODEL}", *args]  # fmt: skip
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO), **(env or {}))
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+
+
+def test_cli_prints_one_line_and_keeps_files_intact(tmp_path):
+    (tmp_path / "SST-2").mkdir()
+    (tmp_path / "SST-2" / "train.tsv").write_text("sentence\tlabel\nA fine film .\t1\n")
+    config = tmp_path / "albert_config.json"
+    config.write_text('{"vocab_size": 1000, "hiden_size": 32}')
+    before = config.read_bytes()
+    args = (f"--albert_config_file={config}", f"--data_dir={tmp_path}",
+            f"--output_dir={tmp_path / 'out'}", "--do_train")  # fmt: skip
+    result = _run_classifier(*args)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if ": error: " in line]
+    assert errors == [
+        f"{REPO / 'albert' / 'run_classifier.py'}: error: {config} has an unknown key "
+        "`hiden_size`; did you mean `hidden_size`?"
+    ], result.stderr[-2000:]
+    assert config.read_bytes() == before
+    assert not (tmp_path / "out" / "albert_config.json").exists()
+    # The same failure with ALBERT_TRACEBACK=1 shows where it came from.
+    traced = _run_classifier(*args, env={"ALBERT_TRACEBACK": "1"})
+    assert traced.returncode != 0 and "Traceback" in traced.stderr
+    assert "ConfigError" in traced.stderr
