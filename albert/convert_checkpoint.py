@@ -31,10 +31,50 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string("output", None, "The directory to write the converted checkpoint into.")
 flags.DEFINE_enum("output_format", None, ["tf1", "hf", "keras"], "The format to write.")
+flags.DEFINE_bool(
+    "overwrite", False, "Write into a --output directory that already holds files (not a run's)."
+)
+# Files that mark a training run's output_dir (albert.training): converting into one would
+# rewrite its `checkpoint` file and break its resume.
+_TRAINING_MARKS = ("input_state", "run.lock", "best_checkpoint.txt", "evaluated_checkpoint.txt")
+
+
+def check_output_dir(output: str, overwrite: bool = False) -> None:
+    """Refuses an `output` that is a training run's directory, or is not empty.
+
+    Raises:
+        CheckpointError: `output` holds a training run's files, or any file without
+            `overwrite`.
+    """
+    import tensorflow as tf
+
+    from albert.training.checkpointing import is_training_checkpoint
+
+    try:
+        names = sorted(tf.io.gfile.listdir(output))
+    except tf.errors.NotFoundError:
+        return  # a new directory
+    marks = [n.rstrip("/") for n in names if n.rstrip("/") in _TRAINING_MARKS]
+    if marks or ("checkpoint" in names and is_training_checkpoint(output)):
+        held = ", ".join(marks) or "a training checkpoint"
+        raise CheckpointError(
+            f"--output={output} is a training run's directory (it holds {held}); write the "
+            "converted checkpoint into another directory."
+        )
+    if names and not overwrite:
+        shown = ", ".join(n.rstrip("/") for n in names[:3]) + (", ..." if len(names) > 3 else "")
+        raise CheckpointError(
+            f"--output={output} is not empty ({shown}); pass --overwrite to replace the files "
+            "in it, or choose an empty directory."
+        )
 
 
 def convert(
-    input_path: str, output: str, output_format: str, albert_config_file: str | None = None
+    input_path: str,
+    output: str,
+    output_format: str,
+    albert_config_file: str | None = None,
+    overwrite: bool = False,
 ) -> str:
     """Reads the checkpoint at `input_path` and writes it to `output` in `output_format`.
 
@@ -43,15 +83,17 @@ def convert(
         output: the directory to write.
         output_format: "tf1", "hf" or "keras".
         albert_config_file: the config; read from the checkpoint when None.
+        overwrite: write into an `output` that already holds files (never a training run's).
 
     Returns:
         What was written (see `albert.checkpoints.save_checkpoint`).
 
     Raises:
-        CheckpointError: no checkpoint at `input_path`, no config, or a checkpoint that does
-            not fit the config.
+        CheckpointError: no checkpoint at `input_path`, no config, a checkpoint that does
+            not fit the config, or an `output` that `check_output_dir` refuses.
         ConfigError: an invalid config file.
     """
+    check_output_dir(output, overwrite)
     if albert_config_file:
         config = AlbertConfig.from_json_file(albert_config_file)
     else:
@@ -72,7 +114,10 @@ def convert(
 def main(argv):
     del argv  # unused
     try:
-        convert(FLAGS.input, FLAGS.output, FLAGS.output_format, FLAGS.albert_config_file)
+        convert(
+            FLAGS.input, FLAGS.output, FLAGS.output_format, FLAGS.albert_config_file,
+            FLAGS.overwrite,
+        )  # fmt: skip
     except (CheckpointError, ConfigError) as e:
         print(f"convert_checkpoint: error: {e}", file=sys.stderr)
         return 1

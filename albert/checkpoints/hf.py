@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
@@ -308,12 +309,17 @@ def save(model, directory: str) -> str:
     has_heads = any(bound[part] for part in bound if part != BACKBONE)
     config = model_parts(model)[BACKBONE].config
     os.makedirs(directory, exist_ok=True)
-    # HF's loader checks that the file says it holds torch ("pt") tensors.
-    save_file(
-        export_arrays(bound), os.path.join(directory, WEIGHTS_FILE), metadata={"format": "pt"}
-    )
+    # Each file is written under a temporary name and renamed whole (as albert.fileio does,
+    # without importing TensorFlow). HF's loader checks the file says it holds torch tensors.
+    weights = os.path.join(directory, WEIGHTS_FILE)
+    temporary = f"{weights}.tmp-{uuid.uuid4().hex}"
+    save_file(export_arrays(bound), temporary, metadata={"format": "pt"})
+    os.replace(temporary, weights)
     architecture = "AlbertForPreTraining" if has_heads else "AlbertModel"
-    with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
+    config_path = os.path.join(directory, CONFIG_FILE)
+    temporary = f"{config_path}.tmp-{uuid.uuid4().hex}"
+    with open(temporary, "w", encoding="utf-8") as f:
         json.dump(config_to_hf(config, architecture), f, indent=2, sort_keys=True)
         f.write("\n")
+    os.replace(temporary, config_path)
     return directory

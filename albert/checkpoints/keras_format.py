@@ -11,6 +11,7 @@ and so every weight, is the same.
 from __future__ import annotations
 
 import os
+import uuid
 
 from albert.checkpoints.table import (
     BACKBONE,
@@ -145,6 +146,9 @@ def save(model, directory: str) -> str:
         if os.path.isfile(os.path.join(directory, stale)):
             os.remove(os.path.join(directory, stale))
     file = os.path.join(directory, name)
-    model.save_weights(file)
+    # Written under a temporary name (Keras wants the suffix) and renamed whole.
+    temporary = os.path.join(directory, f"{name[: -len(_SUFFIX)]}.tmp-{uuid.uuid4().hex}{_SUFFIX}")
+    model.save_weights(temporary)
+    os.replace(temporary, file)
     model_parts(model)[BACKBONE].config.to_json_file(os.path.join(directory, CONFIG_FILE))
     return file

@@ -271,5 +271,6 @@ def _write_state_file(directory: str, prefix_name: str) -> None:
     state = tf.compat.v1.train.generate_checkpoint_state_proto(
         directory, prefix_name, all_model_checkpoint_paths=[prefix_name]
     )
-    with tf.io.gfile.GFile(os.path.join(directory, "checkpoint"), "w") as f:
-        f.write(text_format.MessageToString(state))
+    from albert import fileio
+
+    fileio.write_text(os.path.join(directory, "checkpoint"), text_format.MessageToString(state))

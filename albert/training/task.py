@@ -78,10 +78,13 @@ class TrainingTask(abc.ABC):
 
         import tensorflow as tf
 
-        # Keras writes local files; copy them to gs:// (or any tf.io.gfile path).
+        from albert import fileio
+
+        # Keras writes local files; copy them to gs:// (or any tf.io.gfile path), each under
+        # a temporary name renamed when complete.
         with tempfile.TemporaryDirectory() as local:
             written = save_checkpoint(model, local, "keras")
             for name in tf.io.gfile.listdir(local):
-                target = f"{output_dir.rstrip('/')}/{name}"
-                tf.io.gfile.copy(f"{local}/{name}", target, overwrite=True)
+                with fileio.atomic_path(f"{output_dir.rstrip('/')}/{name}") as temporary:
+                    tf.io.gfile.copy(f"{local}/{name}", temporary, overwrite=True)
         return f"{output_dir.rstrip('/')}/{os.path.basename(written)}"

@@ -1,5 +1,6 @@
 """run_pretraining.py killed with SIGKILL after its first checkpoint and rerun with the same
-command finishes at num_train_steps with the weights of an uninterrupted run."""
+command finishes at num_train_steps with the weights of an uninterrupted run, bit for bit,
+with dropout 0.1 (the dropout seed state is in the checkpoint)."""
 
 import os
 import re
@@ -41,7 +42,9 @@ def _checkpoint_values(output_dir):
 
 def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
     data = synthetic.write_records(tmp_path / "train.tfrecord", 200, seed=5)
-    config = synthetic.write_config(tmp_path / "config.json")
+    config = synthetic.write_config(
+        tmp_path / "config.json", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1
+    )
     reference_dir, killed_dir = tmp_path / "reference", tmp_path / "killed"
     reference = subprocess.Popen(_command(data, config, reference_dir), env=_env(),
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
