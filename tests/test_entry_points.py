@@ -1,0 +1,107 @@
+"""The original's module paths run from the clone: `python -m albert.<module> --helpshort` for
+every entry module, run_squad_v1/v2 with --version_2_with_negative fixed, and a config name
+that matches nothing is one line listing the shipped configs."""
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MODULES = [
+    "run_pretraining", "run_classifier", "run_squad", "run_squad_v1", "run_squad_v2",
+    "run_race", "create_pretraining_data",
+]  # fmt: skip
+
+
+def _env():
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+
+
+@pytest.fixture(scope="module")
+def helpshort():
+    """module -> finished `python -m albert.<module> --helpshort`, all started at once."""
+    running = {
+        module: subprocess.Popen(
+            [sys.executable, "-m", f"albert.{module}", "--helpshort"],
+            cwd=REPO,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for module in MODULES
+    }
+    done = {}
+    for module, process in running.items():
+        stdout, stderr = process.communicate(timeout=300)
+        done[module] = (process.returncode, stdout, stderr)
+    return done
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_module_imports_and_prints_its_usage(helpshort, module):
+    returncode, stdout, stderr = helpshort[module]
+    # absl prints the main module's docstring and exits with 1 after --helpshort.
+    assert returncode == 1 and "Traceback" not in stderr, stderr[-2000:]
+    source = (REPO / "albert" / f"{module}.py").read_text()
+    docstring = ast.get_docstring(ast.parse(source))
+    assert docstring.splitlines()[0] in stdout
+    assert f"python -m albert.{module}" in docstring  # the usage example names the module
+    assert "Try --helpfull" in stdout
+
+
+def _squad_version(module, *args):
+    """The --version_2_with_negative that `albert.<module>`'s main hands to the SQuAD task,
+    with the task replaced by a print; returns (value printed, stderr)."""
+    program = (
+        "import sys\n"
+        "from albert.tasks import squad\n"
+        "squad.run_from_flags = lambda f: print('version_2:', f.version_2_with_negative)\n"
+        f"from albert import {module}\n"
+        f"sys.argv = ['{module}', *{list(args)!r}]\n"
+        f"{module}.run()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = [line for line in done.stdout.splitlines() if line.startswith("version_2:")]
+    return printed, done.stderr
+
+
+@pytest.mark.parametrize(
+    "module, args, expected, warned",
+    [
+        ("run_squad_v1", [], "False", False),
+        ("run_squad_v1", ["--version_2_with_negative"], "False", True),
+        ("run_squad_v2", [], "True", False),
+        ("run_squad_v2", ["--noversion_2_with_negative"], "True", True),
+        ("run_squad", ["--version_2_with_negative"], "True", False),
+    ],
+)
+def test_squad_v1_and_v2_fix_the_version(module, args, expected, warned):
+    printed, stderr = _squad_version(module, *args)
+    assert printed == [f"version_2: {expected}"]
+    assert ("--version_2_with_negative=" in stderr and "is ignored" in stderr) == warned, stderr
+
+
+def test_unknown_config_name_is_one_line_listing_the_shipped_configs(tmp_path):
+    command = [
+        sys.executable, "-m", "albert.run_pretraining", "--albert_config_file=base_v9",
+        f"--input_file={tmp_path}/none.tfrecord", f"--output_dir={tmp_path}/out", "--do_train",
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, done.stderr[-2000:]
+    assert errors[0].endswith(
+        "error: No config file or shipped config named 'base_v9'; pass a path to an "
+        "albert_config.json or one of: albert_base_v1, albert_base_v2, albert_large_v1, "
+        "albert_large_v2, albert_tiny, albert_xlarge_v1, albert_xlarge_v2, albert_xxlarge_v1, "
+        "albert_xxlarge_v2."
+    ), errors
