@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import glob
 import html
+import io
+import os
 import re
 
 from albert.errors import AlbertError
@@ -58,6 +61,60 @@ class CorpusError(AlbertError):
     """An input file that is not UTF-8 text."""
 
 
+def is_remote(path: str) -> bool:
+    """Whether `path` names a `tf.io.gfile` filesystem other than the local one (gs://...)."""
+    return "://" in path
+
+
+def open_binary(path: str):
+    """Opens a local file with `open`, a gs:// (or other) file with `tf.io.gfile.GFile`.
+
+    Only remote paths import TensorFlow, so local worker processes stay light.
+    """
+    if is_remote(path):
+        return io.BufferedReader(_GFileReader(path), buffer_size=1 << 20)
+    return open(path, "rb")
+
+
+class _GFileReader(io.RawIOBase):
+    """`tf.io.gfile.GFile` as a raw binary stream, so `readline(size)` works as on a file."""
+
+    def __init__(self, path):
+        import tensorflow as tf
+
+        self._file = tf.io.gfile.GFile(path, "rb")
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        data = self._file.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self):
+        self._file.close()
+        super().close()
+
+
+def file_size(path: str) -> int:
+    """Bytes in a local or remote file."""
+    if is_remote(path):
+        import tensorflow as tf
+
+        return tf.io.gfile.stat(path).length
+    return os.path.getsize(path)
+
+
+def glob_files(pattern: str) -> list:
+    """Sorted files matching a local or remote glob (folders left out for local ones)."""
+    if is_remote(pattern):
+        import tensorflow as tf
+
+        return sorted(p for p in tf.io.gfile.glob(pattern) if not tf.io.gfile.isdir(p))
+    return sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
+
+
 def check_text_file(path: str, sniff_bytes: int = SNIFF_BYTES) -> None:
     """Raises CorpusError when the start of `path` is UTF-16/32 or binary rather than UTF-8.
 
@@ -65,7 +122,7 @@ def check_text_file(path: str, sniff_bytes: int = SNIFF_BYTES) -> None:
     when most lines of the first `sniff_bytes` are invalid or hold NUL bytes the file is not
     text, and tokenizing it would make instances of `<unk>`.
     """
-    with open(path, "rb") as f:
+    with open_binary(path) as f:
         head = f.read(sniff_bytes)
     for bom, name in _WIDE_BOMS.items():
         if head.startswith(bom):
@@ -123,7 +180,7 @@ def read_lines(path: str, stats: CorpusStats, max_line_bytes: int = MAX_LINE_BYT
     """
     carry = b""
     in_long_line = False
-    with open(path, "rb") as f:
+    with open_binary(path) as f:
         while True:
             data = carry + f.readline(max_line_bytes)
             carry = b""

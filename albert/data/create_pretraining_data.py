@@ -167,7 +167,7 @@ def expand_input_files(input_file: str) -> list:
     for pattern in (p.strip() for p in input_file.split(",")):
         if not pattern:
             continue
-        matched = sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
+        matched = corpus.glob_files(pattern)
         if not matched:
             raise PretrainingDataError(f"--input_file pattern {pattern!r} matches no file.")
         files.extend(m for m in matched if m not in files)
@@ -457,7 +457,7 @@ def create_pretraining_data(config: PretrainingDataConfig) -> Summary:
     input_files, output_files = validate(config)
     worker = _Worker(config)  # Fails here, once, on a bad model / vocab file.
     summary = Summary(output_files=output_files)
-    input_bytes = sum(os.path.getsize(p) for p in input_files)
+    input_bytes = sum(corpus.file_size(p) for p in input_files)
     per_shard = shuffle.buckets_per_shard(
         input_bytes, config.instance.dupe_factor, len(output_files), config.bucket_bytes
     )

@@ -271,3 +271,29 @@ def test_beam_direct_runner_writes_the_same_bytes(tmp_path, corpus_file, spm_mod
     assert _read(beam.output_files) == _read(local.output_files)
     assert beam.instances == local.instances and beam.documents_used == local.documents_used
     assert not [p for p in (tmp_path / "beam").iterdir() if p.name.startswith(".")]
+
+
+def test_inputs_and_outputs_on_a_remote_filesystem(tmp_path, corpus_file, spm_model):
+    """ram:// stands in for gs://: every path through tf.io.gfile, for both engines."""
+    pytest.importorskip("apache_beam")
+    root = f"ram://{tmp_path.name}"
+    tf.io.gfile.makedirs(root)
+    tf.io.gfile.copy(corpus_file, f"{root}/corpus.txt", overwrite=True)
+    outputs = {}
+    for engine, options in (("local", None), ("beam", "runner=DirectRunner")):
+        summary = create_pretraining_data(
+            _config(
+                f"{root}/corpus.txt",
+                spm_model,
+                f"{root}/{engine}/d",
+                num_output_shards=2,
+                beam_pipeline_options=options,
+            )
+        )
+        assert sorted(tf.io.gfile.listdir(f"{root}/{engine}")) == [
+            "d-00000-of-00002",
+            "d-00001-of-00002",
+        ]
+        assert sum(_readable(p) for p in summary.output_files) == summary.instances > 1000
+        outputs[engine] = [tf.io.gfile.GFile(p, "rb").read() for p in summary.output_files]
+    assert outputs["local"] == outputs["beam"]
