@@ -36,8 +36,10 @@ import numpy as np
 
 from albert.errors import AlbertError
 
-_ASCII_PUNCTUATION = frozenset(string.punctuation)
-_LETTERS_AND_PUNCTUATION = frozenset(string.ascii_letters + string.punctuation)
+# The original's set: ASCII punctuation less ' < = > (its `_is_start_piece` in
+# create_pretraining_data.py); a piece holding any of those four starts a word.
+_SPECIAL_PUNCTUATION = frozenset(string.punctuation) - set("'<=>")
+_LETTERS_AND_PUNCTUATION = frozenset(string.ascii_letters) | _SPECIAL_PUNCTUATION
 
 
 class VocabularyError(AlbertError):
@@ -47,11 +49,11 @@ class VocabularyError(AlbertError):
 def is_start_piece(piece: str) -> bool:
     """Whether a SentencePiece piece starts a new word (the original's rule).
 
-    True if the piece begins with "▁" or "<", is a single ASCII punctuation character, or holds
-    any character that is neither an ASCII letter nor ASCII punctuation (so digits and
-    non-Latin script always start a word).
+    True if the piece begins with "▁" or "<", is one character of ASCII punctuation less
+    `'`, `<`, `=`, `>`, or holds any character that is neither an ASCII letter nor in that set
+    (so digits, non-Latin script and pieces such as `''`, `==` or `x'` start a word).
     """
-    if piece.startswith(("▁", "<")) or piece in _ASCII_PUNCTUATION:
+    if piece.startswith(("▁", "<")) or piece in _SPECIAL_PUNCTUATION:
         return True
     return any(char not in _LETTERS_AND_PUNCTUATION for char in piece)
 

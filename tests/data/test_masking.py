@@ -19,7 +19,9 @@ from tests.data.pretraining_testing import SPECIALS, NumberedCorpus
 
 def test_is_start_piece_follows_the_reference_rule():
     starts = ["▁the", "▁", "<unk>", ",", "-", "1", "9s", "ab1", "é", "力", "ᴵᴺ"]
-    continuations = ["ing", "s", "--", "a.b", "[CLS]", "x'"]
+    # ' < = > are not in the original's punctuation set: any piece holding one starts a word.
+    starts += ["x'", "''", "==", "'", "=", ">", "a=b"]
+    continuations = ["ing", "s", "--", "a.b", "[CLS]", "(s)"]
     assert all(is_start_piece(p) for p in starts)
     assert not any(is_start_piece(p) for p in continuations)
 
