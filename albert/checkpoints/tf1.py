@@ -173,7 +173,8 @@ def load(model, path: str) -> LoadResult:
             backbone.config, checkpoint_config, os.path.join(os.path.dirname(prefix), CONFIG_FILE)
         )
     try:
-        reader = tf.train.load_checkpoint(prefix)
+        # Not tf.train.load_checkpoint: it asks isdir first, true for any prefix on ram://.
+        reader = tf.compat.v1.train.NewCheckpointReader(prefix)
         stored_shapes = reader.get_variable_to_shape_map()
     except (tf.errors.OpError, ValueError) as e:
         raise CheckpointError(f"Cannot read TF1 checkpoint {prefix}: {e}") from None

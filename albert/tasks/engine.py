@@ -262,7 +262,7 @@ def load_finetuning_weights(model, path, require_head=False):
     head = _head_weights(model)
     if checkpointing.is_training_checkpoint(path):
         prefix = checkpointing.checkpoint_prefix(path)
-        stored = dict(tf.train.list_variables(prefix))
+        stored = checkpointing.stored_shapes(prefix)
         keys = {w.path: f"model/{w.path}/.ATTRIBUTES/VARIABLE_VALUE" for w in head}
         head_loaded = all(
             keys[w.path] in stored and list(stored[keys[w.path]]) == list(w.shape) for w in head
@@ -313,7 +313,7 @@ def load_final_weights(model, options):
     step = None
     if checkpointing.is_training_checkpoint(path):
         prefix = checkpointing.checkpoint_prefix(path)
-        step = int(tf.train.load_checkpoint(prefix).get_tensor(_GLOBAL_STEP_KEY))
+        step = int(checkpointing.checkpoint_reader(prefix).get_tensor(_GLOBAL_STEP_KEY))
     logging.info("Final weights: %s (global step %s).", path, step)
     return path, step
 

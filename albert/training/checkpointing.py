@@ -119,6 +119,20 @@ def checkpoint_prefix(path):
     return tf.train.latest_checkpoint(path) or path
 
 
+def checkpoint_reader(path):
+    """A reader of the checkpoint `path` names (a prefix, or a run's directory).
+
+    `tf.train.load_checkpoint` and `tf.train.list_variables` ask `isdir` first, which on
+    ram:// is true for the prefix itself; the reader here is given the prefix directly.
+    """
+    return tf.compat.v1.train.NewCheckpointReader(checkpoint_prefix(path))
+
+
+def stored_shapes(path):
+    """{checkpoint key: shape} of the checkpoint `path` names."""
+    return checkpoint_reader(path).get_variable_to_shape_map()
+
+
 def latest_checkpoint(directory):
     """The newest intact checkpoint listed in `directory/checkpoint`, or None.
 
@@ -144,7 +158,7 @@ def latest_checkpoint(directory):
 def is_intact(prefix):
     """Whether every tensor of the checkpoint `prefix` can be read back."""
     try:
-        reader = tf.train.load_checkpoint(prefix)
+        reader = checkpoint_reader(prefix)
         for key in reader.get_variable_to_shape_map():
             reader.get_tensor(key)
     except (tf.errors.OpError, IndexError, ValueError):
@@ -155,7 +169,7 @@ def is_intact(prefix):
 def is_training_checkpoint(path):
     """Whether `path` (a prefix, or a run's directory) is a checkpoint of this training code."""
     try:
-        names = [name for name, _ in tf.train.list_variables(checkpoint_prefix(path))]
+        names = list(stored_shapes(path))
     except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError, ValueError):
         return False
     return "global_step/.ATTRIBUTES/VARIABLE_VALUE" in names and any(
@@ -170,7 +184,7 @@ def restore_model_weights(model, path):
         CheckpointError: a model weight missing from the checkpoint or of another shape.
     """
     path = checkpoint_prefix(path)
-    stored = dict(tf.train.list_variables(path))
+    stored = stored_shapes(path)
     for weight in model.weights:
         key = f"model/{weight.path}/.ATTRIBUTES/VARIABLE_VALUE"
         if key not in stored or list(stored[key]) != list(weight.shape):
@@ -272,7 +286,7 @@ class TrainingCheckpoints:
                     "use a new --output_dir or delete its model.ckpt-* files to start over."
                 )
             return None
-        stored = {name for name, _ in tf.train.list_variables(path)}
+        stored = set(stored_shapes(path))
         checkpoint = self.checkpoint
         if not any(name.startswith(RNG_KEY + "/") for name in stored):
             logging.warning(
