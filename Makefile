@@ -1,4 +1,6 @@
-# `make test` is the one test command: lint, format check, then the test suite.
+# `make test` is the one test command: lint, format check, then the whole test suite, the
+# slow tier included (tests/test_packaging.py builds the wheel and installs it into a fresh
+# virtual environment from the package registry: about two minutes).
 .PHONY: test lint format
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
