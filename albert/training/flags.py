@@ -194,12 +194,14 @@ def require(flag_values, *names):
 # "probability" ([0, 1)). Only the flags a script declares are checked; None means unset.
 NUMERIC_RANGES = {
     "positive": (
-        "learning_rate", "num_train_steps", "train_batch_size", "eval_batch_size",
+        "num_train_steps", "train_batch_size", "eval_batch_size",
         "predict_batch_size", "max_seq_length", "save_checkpoints_steps", "keep_checkpoint_max",
         "iterations_per_loop", "num_tpu_cores", "max_predictions_per_seq", "max_eval_steps",
     ),
-    # poly_power 0 is a constant rate after warmup (the quickstart's recipe).
-    "non_negative": ("num_warmup_steps", "start_warmup_step", "poly_power"),
+    # poly_power 0 is a constant rate after warmup (the quickstart's recipe); a learning rate
+    # of 0 keeps the weights as loaded (tests use it; a warning says so), a negative one is
+    # refused.
+    "non_negative": ("learning_rate", "num_warmup_steps", "start_warmup_step", "poly_power"),
     "probability": ("albert_dropout_prob", "classifier_dropout_prob"),
 }  # fmt: skip
 
@@ -224,6 +226,8 @@ def check_ranges(flag_values, ranges=None):
             # `not in_range` also catches NaN, for which every comparison is False.
             if value is not None and not in_range(value):
                 raise FlagError(f"--{name} {requirement}. Received: --{name}={value}")
+    if "learning_rate" in flag_values and flag_values.learning_rate == 0:
+        logging.warning("--learning_rate=0: training will not change the weights.")
 
 
 def strategy_from_flags(flag_values):

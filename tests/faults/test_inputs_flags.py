@@ -18,8 +18,14 @@ def _parsed(define, *args):
 @pytest.mark.parametrize(
     "arg, message",
     [
-        ("--learning_rate=-1", "--learning_rate must be positive. Received: --learning_rate=-1.0"),
-        ("--learning_rate=nan", "--learning_rate must be positive. Received: --learning_rate=nan"),
+        (
+            "--learning_rate=-1",
+            "--learning_rate must be zero or more. Received: --learning_rate=-1.0",
+        ),
+        (
+            "--learning_rate=nan",
+            "--learning_rate must be zero or more. Received: --learning_rate=nan",
+        ),
         ("--keep_checkpoint_max=0", "--keep_checkpoint_max must be positive"),
         ("--save_checkpoints_steps=0", "--save_checkpoints_steps must be positive"),
         ("--train_batch_size=0", "--train_batch_size must be positive"),
@@ -96,3 +102,10 @@ def test_race_qa_length_range():
     flag_values = _parsed(race.define_race_flags, "--max_seq_length=64", "--max_qa_length=62")
     with pytest.raises(FlagError, match=r"--max_qa_length=62 must be in \[1, 61\]"):
         race.check_race_flags(flag_values)
+
+
+def test_zero_learning_rate_is_allowed_with_a_warning(caplog):
+    # A zero rate keeps the weights as loaded (the init-checkpoint tests rely on it).
+    flag_values = _parsed(classification.define_classifier_flags, "--learning_rate=0")
+    training_flags.check_ranges(flag_values)
+    assert "--learning_rate=0: training will not change the weights." in caplog.text
