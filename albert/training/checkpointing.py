@@ -170,7 +170,7 @@ def is_training_checkpoint(path):
     """Whether `path` (a prefix, or a run's directory) is a checkpoint of this training code."""
     try:
         names = list(stored_shapes(path))
-    except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError, ValueError):
+    except (tf.errors.OpError, ValueError):
         return False
     return "global_step/.ATTRIBUTES/VARIABLE_VALUE" in names and any(
         n.startswith("model/") for n in names
