@@ -16,16 +16,14 @@ The same on Apache Beam (Dataflow, Flink, Spark; the DirectRunner on one machine
     ... --beam_pipeline_options="runner=DirectRunner,direct_num_workers=2"
 """
 
-import sys
-
-from absl import app, flags, logging
+from absl import flags, logging
 
 from albert.data.create_pretraining_data import (
-    USER_ERRORS,
     PretrainingDataConfig,
     create_pretraining_data,
 )
 from albert.data.pretraining import InstanceOptions
+from albert.training import flags as training_flags
 
 flags.DEFINE_string("input_file", None, "Comma-separated text files or globs.")
 flags.DEFINE_string(
@@ -109,16 +107,13 @@ def main(argv):
         ),
     )
     logging.set_verbosity(logging.INFO)
-    try:
-        create_pretraining_data(config)
-    except USER_ERRORS as e:  # One line, no traceback.
-        sys.exit(f"create_pretraining_data: error: {e}")
+    create_pretraining_data(config)
 
 
 def run():
-    """Console-script entry point (`albert-create-data`)."""
+    """Console-script entry point (`albert-create-data`): errors print as one line."""
     flags.mark_flags_as_required(["input_file", "output_file"])
-    app.run(main)
+    training_flags.run_main(main)
 
 
 if __name__ == "__main__":

@@ -51,24 +51,19 @@ from absl import logging
 from albert import fileio
 from albert.data import corpus, shuffle
 from albert.data.example_proto import ExampleEncoder
-from albert.data.masking import MaskingVocabulary, VocabularyError
+from albert.data.masking import MaskingVocabulary
 from albert.data.pretraining import (
     InstanceOptions,
-    InstanceOptionsError,
     PieceIds,
     create_instance_batches,
     tokenize_document,
 )
 from albert.errors import AlbertError
-from albert.tokenization import FullTokenizer, TokenizerError
+from albert.tokenization import FullTokenizer
 
 
 class PretrainingDataError(AlbertError):
     """Flags or input files that cannot produce pretraining data."""
-
-
-# Errors that mean the user passed something wrong; scripts print them as one line.
-USER_ERRORS = (PretrainingDataError, InstanceOptionsError, VocabularyError, TokenizerError)
 
 
 @dataclasses.dataclass(frozen=True)

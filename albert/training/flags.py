@@ -61,14 +61,33 @@ def define_strategy_flags(flag_values=FLAGS):
     define(
         flags.DEFINE_enum,
         "mixed_precision",
-        None,
-        "Compute dtype; variables stay float32. "
-        "Default: bfloat16 on TPU, none elsewhere. float16 adds dynamic loss scaling.",
-        enum_values=list(PRECISIONS),
+        "auto",
+        "Compute dtype; variables stay float32. float16 adds dynamic loss scaling. auto: "
+        "bfloat16 on TPU, GPU and CPUs with bfloat16 units, else none (albert.training.hardware).",
+        enum_values=["auto", *PRECISIONS],
     )
-    define(
-        flags.DEFINE_bool, "jit_compile", False, "Compile the forward and backward pass with XLA."
+    jit_compile = _auto_bool_flag(
+        "jit_compile",
+        "Compile the training step with XLA: true, false or auto (XLA on TPU and GPU, and on "
+        "CPU unless bfloat16 runs there without it).",
     )
+    flags.DEFINE_flag(jit_compile, flag_values)
+
+
+class _AutoBooleanParser(flags.BooleanParser):
+    """A boolean flag's parser that also takes `auto`, which stands for None (choose)."""
+
+    def parse(self, argument):
+        if isinstance(argument, str) and argument.lower() == "auto":
+            return None
+        return super().parse(argument)
+
+
+def _auto_bool_flag(name, help_text):
+    """`--name`, `--noname` or `--name=true|false|auto` (unset: auto, the value None)."""
+    flag = flags.BooleanFlag(name, None, help_text)
+    flag.parser = _AutoBooleanParser()
+    return flag
 
 
 def define_run_flags(train_batch_size, eval_batch_size, max_seq_length, flag_values=FLAGS):
@@ -244,13 +263,28 @@ def strategy_from_flags(flag_values):
         gcp_project=flag_values.gcp_project,
         master=flag_values.master,
     )
-    precision = strategy_lib.set_precision(flag_values.mixed_precision, name)
+    choice = hardware_choice_from_flags(flag_values, name)
+    precision = strategy_lib.set_precision(choice.precision, name)
     if name == "tpu" and strategy.num_replicas_in_sync != flag_values.num_tpu_cores:
         logging.warning("--num_tpu_cores=%d ignored: the TPU has %d cores.",
                         flag_values.num_tpu_cores, strategy.num_replicas_in_sync)  # fmt: skip
-    logging.info("Strategy %s with %d replica(s), precision %s.", name,
-                 strategy.num_replicas_in_sync, precision)  # fmt: skip
+    logging.info("Strategy %s with %d replica(s), %s.", name, strategy.num_replicas_in_sync,
+                 choice.describe())  # fmt: skip
     return strategy, name, precision
+
+
+def hardware_choice_from_flags(flag_values, strategy_name=None):
+    """`--mixed_precision` and `--jit_compile` with `auto` resolved for this machine: a
+    `albert.training.hardware.Choice`."""
+    from albert.training import hardware
+    from albert.training import strategy as strategy_lib
+
+    if strategy_name is None:
+        strategy_name = strategy_lib.resolve_strategy_name(
+            flag_values.strategy, flag_values.use_tpu, flag_values.tpu_name, flag_values.master
+        )
+    device = hardware.describe_machine(strategy_name)
+    return hardware.choose(device, flag_values.mixed_precision, flag_values.jit_compile)
 
 
 def optimizer_fn_from_flags(flag_values):
@@ -297,7 +331,7 @@ def run_options_from_flags(flag_values, **overrides):
         iterations_per_loop=flag_values.iterations_per_loop,
         init_checkpoint=flag_values.init_checkpoint,
         seed=flag_values.random_seed,
-        jit_compile=flag_values.jit_compile,
+        jit_compile=hardware_choice_from_flags(flag_values).jit_compile,
     )
     values.update(overrides)
     return RunOptions(**values)
@@ -333,6 +367,17 @@ def run_main(main):
     """
     from albert.training.failures import describe_failure, traceback_requested
 
+    # absl's --help shows the __main__ module's docstring. A module of this package run with
+    # `python -m` has its own; a clone's thin wrapper script or a console-script stub has none
+    # worth showing, so they show the entry module's (its usage example).
+    main_module = sys.modules.get("__main__")
+    main_file = os.path.abspath(getattr(main_module, "__file__", None) or "")
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    entry_doc = getattr(sys.modules.get(main.__module__), "__doc__", None)
+    if entry_doc and main_module is not None and not main_file.startswith(package_dir + os.sep):
+        main_module.__doc__ = entry_doc
+    program = os.path.basename(sys.argv[0])
+
     def guarded(argv):
         verbosity = FLAGS.verbosity if "verbosity" in FLAGS else None
         quiet_python_logs()
@@ -342,7 +387,7 @@ def run_main(main):
             message = describe_failure(e)
             if message is None or traceback_requested(verbosity):
                 raise
-            print(f"{sys.argv[0]}: error: {message}", file=sys.stderr)
+            print(f"{program}: error: {message}", file=sys.stderr)
             sys.exit(2)
 
     app.run(guarded)

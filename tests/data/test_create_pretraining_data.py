@@ -194,7 +194,7 @@ def test_script_runs_and_reports_user_errors_in_one_line(tmp_path, corpus_dir, s
     )
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines()[-1] == (
-        "create_pretraining_data: error: --input_file pattern '/nonexistent/x*' matches no file."
+        "create_pretraining_data.py: error: --input_file pattern '/nonexistent/x*' matches no file."
     )
     good = subprocess.run(
         script

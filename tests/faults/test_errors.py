@@ -154,7 +154,7 @@ def test_cli_prints_one_line_and_keeps_files_intact(tmp_path):
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if ": error: " in line]
     assert errors == [
-        f"{REPO / 'albert' / 'run_classifier.py'}: error: {config} has an unknown key "
+        f"run_classifier.py: error: {config} has an unknown key "
         "`hiden_size`; did you mean `hidden_size`?"
     ], result.stderr[-2000:]
     assert config.read_bytes() == before
