@@ -91,8 +91,11 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
-def _matches_any(path, patterns):
-    return any(re.search(pattern, path) for pattern in patterns)
+def _matches_any(variable, patterns):
+    # Keras variables have a `path`; a plain tf.Variable only a `name` (which the original's
+    # regexes were written for).
+    name = getattr(variable, "path", None) or variable.name
+    return any(re.search(pattern, name) for pattern in patterns)
 
 
 class AdamWeightDecay(keras.optimizers.Optimizer):
@@ -144,11 +147,11 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
         # Decided once per variable from its path, so the update traces without string work.
         self._use_weight_decay = [
             bool(self.weight_decay_rate)
-            and not _matches_any(v.path, self.exclude_from_weight_decay)
+            and not _matches_any(v, self.exclude_from_weight_decay)
             for v in var_list
         ]
         self._use_layer_adaptation = [
-            self.layer_adaptation and not _matches_any(v.path, self.exclude_from_weight_decay)
+            self.layer_adaptation and not _matches_any(v, self.exclude_from_weight_decay)
             for v in var_list
         ]
 
