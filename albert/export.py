@@ -7,6 +7,8 @@ sentences of a GLUE-style task and returns what the model predicts:
              sentence_b  tf.string [batch]       (pair tasks only)
     outputs  probabilities  float32 [batch, num_labels]   and  label  tf.string [batch]
              or, for regression (STS-B):  score  float32 [batch]
+             and, when exported with a threshold (run_classifier --threshold_to_export),
+             threshold  float32 []  (served with every prediction, as the original does)
 
 Text goes through `albert.text_ops.InGraphTokenizer` (the same ids as `FullTokenizer`), is
 packed as `[CLS] A [SEP] B [SEP]` and cut to `max_seq_length` by the original's rule. The
@@ -36,8 +38,9 @@ class _ClassifierServing(tf.Module):
     that Keras 3 keeps in Python lists of layers.
     """
 
-    def __init__(self, model, tokenizer, max_seq_length, labels, sentence_pair):
+    def __init__(self, model, tokenizer, max_seq_length, labels, sentence_pair, threshold=None):
         super().__init__(name="albert_classifier_serving")
+        self._threshold = threshold
         self.tokenizer = tokenizer
         self.model_variables = list(model.variables)
         self.labels = tf.constant(list(labels) or [""], tf.string)
@@ -62,15 +65,19 @@ class _ClassifierServing(tf.Module):
         inputs = self.tokenizer.pack(segments, self._max_seq_length)  # each [B, S]
         logits = tf.cast(self._call_model(inputs), tf.float32)  # [B, C]
         if self._regression:
-            return {"score": logits[:, 0]}
-        return {
-            "probabilities": tf.nn.softmax(logits, axis=-1),
-            "label": tf.gather(self.labels, tf.argmax(logits, axis=-1)),
-        }
+            outputs = {"score": logits[:, 0]}
+        else:
+            outputs = {
+                "probabilities": tf.nn.softmax(logits, axis=-1),
+                "label": tf.gather(self.labels, tf.argmax(logits, axis=-1)),
+            }
+        if self._threshold is not None:
+            outputs["threshold"] = tf.constant(self._threshold, tf.float32)  # []
+        return outputs
 
 
 def export_classifier(model, spm_model_file, do_lower_case, max_seq_length, labels, export_dir,
-                      sentence_pair=True):  # fmt: skip
+                      sentence_pair=True, threshold=None):  # fmt: skip
     """Writes a SavedModel of a fine-tuned `AlbertClassifier` that takes raw strings.
 
     Args:
@@ -81,6 +88,8 @@ def export_classifier(model, spm_model_file, do_lower_case, max_seq_length, labe
         labels: the label strings in class-id order; empty for regression (one output).
         export_dir: where to write the SavedModel.
         sentence_pair: whether the signature takes `sentence_b` too.
+        threshold: a float served as the `threshold` output (the original's
+            --threshold_to_export), or None for no such output.
 
     Returns:
         `export_dir`.
@@ -96,7 +105,9 @@ def export_classifier(model, spm_model_file, do_lower_case, max_seq_length, labe
             "outputs; pass the task's labels in class-id order (none for regression)."
         )
     tokenizer = InGraphTokenizer(spm_model_file, do_lower_case=do_lower_case)
-    module = _ClassifierServing(model, tokenizer, max_seq_length, labels, sentence_pair)
+    module = _ClassifierServing(
+        model, tokenizer, max_seq_length, labels, sentence_pair, threshold=threshold
+    )
     tf.saved_model.save(
         module, export_dir, signatures={SERVING_SIGNATURE: module.serve.get_concrete_function()}
     )

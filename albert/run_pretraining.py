@@ -17,7 +17,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import flags  # noqa: E402
+from absl import flags, logging  # noqa: E402
 
 from albert.training import flags as training_flags  # noqa: E402
 from albert.training import pretraining  # noqa: E402
@@ -27,6 +27,12 @@ training_flags.define_pretraining_flags()
 
 def main(argv):
     del argv
+    if flags.FLAGS.masked_lm_budget:
+        logging.warning(
+            "--masked_lm_budget=%s has no effect: the original never finished online masking; "
+            "the masked positions come from create_pretraining_data.",
+            flags.FLAGS.masked_lm_budget,
+        )
     pretraining.run_from_flags(flags.FLAGS)
 
 

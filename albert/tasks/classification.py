@@ -15,6 +15,8 @@ as `submit_results.tsv`, the original's name. AX has only a test set: predict it
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import tensorflow as tf
 from absl import flags
@@ -43,6 +45,8 @@ class GlueTask(engine.FineTuningTask):
         train_batch_size, eval_batch_size, predict_batch_size: global batch sizes.
         classifier_dropout_prob: dropout on the pooled output.
         cached_dir: directory of the feature cache, or None.
+        threshold_to_export: a float served with the exported SavedModel's predictions, or
+            None.
 
     Example:
         >>> task = GlueTask("mrpc", "glue", tokenizer, config, 128, 32, 8, 8)
@@ -54,7 +58,8 @@ class GlueTask(engine.FineTuningTask):
 
     def __init__(self, task_name, data_dir, tokenizer, config, max_seq_length,
                  train_batch_size, eval_batch_size, predict_batch_size,
-                 classifier_dropout_prob=0.1, cached_dir=None):  # fmt: skip
+                 classifier_dropout_prob=0.1, cached_dir=None,
+                 threshold_to_export=None):  # fmt: skip
         super().__init__(
             config, train_batch_size, eval_batch_size, predict_batch_size, max_seq_length
         )
@@ -64,6 +69,7 @@ class GlueTask(engine.FineTuningTask):
         self.max_seq_length = max_seq_length
         self.classifier_dropout_prob = classifier_dropout_prob
         self.cached_dir = cached_dir
+        self.threshold_to_export = threshold_to_export
         self.best_metric = glue_metrics.main_metric(self.glue.name)
         regression = self.glue.is_regression
         self.metric_names = ("squared_error" if regression else "correct", "real_examples")
@@ -144,6 +150,7 @@ class GlueTask(engine.FineTuningTask):
             self.glue.labels,
             export_dir,
             sentence_pair=self.glue.test_columns.text_b is not None,
+            threshold=self.threshold_to_export,
         )
 
 
@@ -176,6 +183,13 @@ def define_classifier_flags(flag_values=flags.FLAGS):
         "data_dir",
         None,
         "The GLUE data directory (or the task's folder in it).",
+        flag_values=flag_values,
+    )
+    flags.DEFINE_float(
+        "threshold_to_export",
+        float("nan"),
+        "A decision threshold to serve with the --export_dir SavedModel: its signature then "
+        "also returns `threshold` (float32 scalar) with every prediction. NaN: none.",
         flag_values=flag_values,
     )
 
@@ -214,5 +228,8 @@ def run_from_flags(flag_values):
         predict_batch_size=flag_values.predict_batch_size,
         classifier_dropout_prob=flag_values.classifier_dropout_prob,
         cached_dir=flag_values.cached_dir,
+        threshold_to_export=(
+            None if math.isnan(flag_values.threshold_to_export) else flag_values.threshold_to_export
+        ),
     )
     return engine.run_with_flags(task, strategy, options, flag_values)

@@ -10,6 +10,8 @@ Flags of the paper's table default to None and are filled from the task's row
 
 from __future__ import annotations
 
+import os
+
 from absl import flags, logging
 
 from albert.training import flags as training_flags
@@ -54,6 +56,11 @@ def define_finetuning_flags(flag_values=FLAGS):
          "paper's value for the task."),
         (flags.DEFINE_float, "classifier_dropout_prob", 0.1,
          "Dropout on the pooled output before the task head."),
+        (flags.DEFINE_string, "albert_hub_module_handle", None,
+         "A downloaded TF-Hub ALBERT module directory (variables/, assets/30k-clean.model, "
+         "tfhub_module.pb): its weights are the initial checkpoint, its SentencePiece model "
+         "the --spm_model_file and its albert_config.json, if any, the config. URLs are not "
+         "fetched (tfhub.dev is gone): download the module and pass its folder."),
     ):  # fmt: skip
         define(name, default, help_text, flag_values=flag_values)
 
@@ -133,6 +140,7 @@ def check_finetuning_flags(flag_values):
         FlagError: a required flag is missing or a batch size is not positive.
     """
     training_flags.require(flag_values, "output_dir")
+    apply_hub_module(flag_values)
     if not (flag_values.do_train or flag_values.do_eval or flag_values.do_predict):
         raise FlagError("Pass --do_train, --do_eval and/or --do_predict; there is nothing to do.")
     if not (flag_values.spm_model_file or flag_values.vocab_file):
@@ -141,3 +149,100 @@ def check_finetuning_flags(flag_values):
         raise FlagError(
             f"--predict_batch_size must be positive. Received: {flag_values.predict_batch_size}"
         )
+
+
+HUB_SPM_MODEL = "assets/30k-clean.model"
+HUB_VARIABLES = "variables/variables"
+
+
+def apply_hub_module(flag_values):
+    """Reads --albert_hub_module_handle into --init_checkpoint, --spm_model_file and the config.
+
+    A TF1-format TF-Hub ALBERT module holds `variables/variables.{index,data-*}` (names under
+    `module/`, which the TF1 reader strips), `assets/30k-clean.model` and `tfhub_module.pb`.
+    Flags given on the command line win over the module's SentencePiece model and config.
+
+    Raises:
+        FlagError: the handle is a URL, is not a module directory, or comes with
+            --init_checkpoint.
+    """
+    import tensorflow as tf
+
+    handle = flag_values.albert_hub_module_handle
+    if not handle:
+        return
+    if handle.startswith(("http://", "https://")):
+        raise FlagError(
+            f"--albert_hub_module_handle={handle} is a URL, which is not fetched (tfhub.dev is "
+            "gone): download the module, unpack it and pass its folder."
+        )
+    if flag_values.init_checkpoint:
+        raise FlagError(
+            "Pass --albert_hub_module_handle or --init_checkpoint, not both: the module's "
+            "variables are the initial checkpoint."
+        )
+    variables = os.path.join(handle, HUB_VARIABLES)
+    if not tf.io.gfile.exists(variables + ".index"):
+        raise FlagError(
+            f"--albert_hub_module_handle={handle} is not a TF-Hub module directory (no "
+            f"{HUB_VARIABLES}.index in it)."
+        )
+    flag_values.init_checkpoint = variables
+    spm_model = os.path.join(handle, HUB_SPM_MODEL)
+    if not (flag_values.spm_model_file or flag_values.vocab_file):
+        if not tf.io.gfile.exists(spm_model):
+            raise FlagError(
+                f"--albert_hub_module_handle={handle} holds no {HUB_SPM_MODEL}; pass "
+                "--spm_model_file."
+            )
+        flag_values.spm_model_file = spm_model
+    if not flag_values.albert_config_file:
+        for name in ("assets/albert_config.json", "albert_config.json"):
+            if tf.io.gfile.exists(os.path.join(handle, name)):
+                flag_values.albert_config_file = os.path.join(handle, name)
+                break
+    logging.info(
+        "TF-Hub module %s: --init_checkpoint=%s --spm_model_file=%s --albert_config_file=%s.",
+        handle,
+        flag_values.init_checkpoint,
+        flag_values.spm_model_file,
+        flag_values.albert_config_file,
+    )
+
+
+def feature_file_directory(flag_values, names):
+    """The directory of the first original feature-file flag among `names` that is set.
+
+    The original writes its tokenized features to files named by flags (run_squad's
+    `--train_feature_file`, `--predict_feature_file`, pickled `--predict_feature_left_file`;
+    run_race's `--train_file`, `--eval_file`, `--predict_file`). Here every feature set is a
+    TFRecord file plus metadata in a cache directory, named by a hash of the data, the
+    tokenizer and the settings (so a stale or foreign file is never read, and nothing is
+    pickled): such a flag selects that directory. --cached_dir wins when given.
+
+    Args:
+        flag_values: parsed flags.
+        names: flag names, in order of preference.
+
+    Returns:
+        The directory ("." for a bare file name), or None when none of the flags is set.
+    """
+    given = [name for name in names if getattr(flag_values, name)]
+    if not given:
+        return None
+    directory = os.path.dirname(getattr(flag_values, given[0])) or "."
+    if flag_values.cached_dir:
+        logging.warning(
+            "--%s is ignored: the features are cached under --cached_dir=%s.",
+            given[0],
+            flag_values.cached_dir,
+        )
+        return flag_values.cached_dir
+    logging.warning(
+        "--%s=%s: the features are cached as TFRecords in %s under names that encode the data "
+        "and settings (files the original wrote there are not read; nothing is pickled).",
+        given[0],
+        getattr(flag_values, given[0]),
+        directory,
+    )
+    return directory

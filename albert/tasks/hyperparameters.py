@@ -19,7 +19,9 @@ command line always wins. `albert_dropout_prob` is the model's dropout (the conf
     squad2.0    3e-5   48     8144   814     512             0
     race        2e-5   32     12000  1000    512             0.1
 
-`mismnli` and `ax` use the MNLI row (the same model).
+`mismnli` and `ax` use the MNLI row (the same model). RACE has a row per model version:
+`race_v1` is the paper's, `race_v2` takes lr 1e-5 and no model dropout, as the original README
+does for v2 models (v1 settings make them diverge).
 """
 
 from __future__ import annotations
@@ -55,7 +57,15 @@ _ROWS = {
     "squad2.0": Hyperparameters(3e-5, 48, 8144, 814, 512, 0.0),
     "race": Hyperparameters(2e-5, 32, 12000, 1000, 512, 0.1),
 }
-PAPER_HYPERPARAMETERS = {**_ROWS, "mismnli": _ROWS["mnli"], "ax": _ROWS["mnli"]}
+PAPER_HYPERPARAMETERS = {
+    **_ROWS,
+    "mismnli": _ROWS["mnli"],
+    "ax": _ROWS["mnli"],
+    # RACE by model version (albert.tasks.race.model_version): the paper's row for v1; for v2
+    # the original README's command, lr 1e-5, with the v2 configs' dropout of 0 kept.
+    "race_v1": _ROWS["race"],
+    "race_v2": Hyperparameters(1e-5, 32, 12000, 1000, 512, 0.0),
+}
 # The original fine-tuning scripts' names of the engine's step flags (aliases of them).
 _ORIGINAL_NAMES = {"num_train_steps": "train_step", "num_warmup_steps": "warmup_step"}
 
@@ -87,3 +97,49 @@ def fill_from_table(flag_values, task_key):
             ),
         )
     return taken
+
+
+def steps_from_epochs(flag_values, task_key, count_train_examples):
+    """The original run_squad's `--num_train_epochs` and `--warmup_proportion`, as steps.
+
+    As the original: steps = int(examples / train_batch_size * num_train_epochs) over the
+    training file's questions (not its windows), and warmup = int(steps * warmup_proportion).
+    Each sets `--num_train_steps` / `--num_warmup_steps` before the paper's table fills what is
+    still unset (the batch size may come from the table).
+
+    Args:
+        flag_values: parsed flags with `num_train_epochs` and `warmup_proportion` (None: unset).
+        task_key: the task's row of `PAPER_HYPERPARAMETERS`.
+        count_train_examples: () -> the number of training examples.
+
+    Raises:
+        FlagError: a count given twice (--num_train_steps with --num_train_epochs, or
+            --num_warmup_steps with --warmup_proportion), or a value out of range.
+    """
+    from albert.training.flags import FlagError
+
+    row = PAPER_HYPERPARAMETERS[task_key]
+    epochs, proportion = flag_values.num_train_epochs, flag_values.warmup_proportion
+    if epochs is not None:
+        if flag_values.num_train_steps is not None:
+            raise FlagError(
+                "Pass --num_train_epochs or --num_train_steps (--train_step), not both."
+            )
+        if not epochs > 0:
+            raise FlagError(f"--num_train_epochs must be positive. Received: {epochs}")
+        batch_size = flag_values.train_batch_size or row.train_batch_size
+        examples = count_train_examples()
+        flag_values.num_train_steps = max(1, int(examples / batch_size * epochs))
+        logging.info(
+            "--num_train_epochs=%s: %d steps (%d examples, batch %d).",
+            epochs, flag_values.num_train_steps, examples, batch_size,
+        )  # fmt: skip
+    if proportion is not None:
+        if flag_values.num_warmup_steps is not None:
+            raise FlagError(
+                "Pass --warmup_proportion or --num_warmup_steps (--warmup_step), not both."
+            )
+        if not 0 <= proportion <= 1:
+            raise FlagError(f"--warmup_proportion must be in [0, 1]. Received: {proportion}")
+        steps = flag_values.num_train_steps or row.num_train_steps
+        flag_values.num_warmup_steps = int(steps * proportion)

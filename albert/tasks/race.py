@@ -17,8 +17,10 @@ Shape letters: B batch, C choices (4), T max_seq_length.
 from __future__ import annotations
 
 import os
+import re
 
 import tensorflow as tf
+from absl import logging
 
 from albert import fileio
 from albert.data import race
@@ -42,7 +44,8 @@ class RaceTask(engine.FineTuningTask):
         train_batch_size, eval_batch_size, predict_batch_size: global batch sizes.
         high_only, middle_only: read one level only.
         classifier_dropout_prob: dropout on the pooled output.
-        cached_dir: directory of the feature cache, or None.
+        cached_dir: directory of the feature cache, or None; or a dict role -> directory
+            (the original's separate train, eval and predict files).
 
     Example:
         >>> task = RaceTask("data", tokenizer, config, 512, 128, 32, 8, 8)
@@ -68,6 +71,8 @@ class RaceTask(engine.FineTuningTask):
         self.max_seq_length, self.max_qa_length = max_seq_length, max_qa_length
         self.high_only, self.middle_only = high_only, middle_only
         self.classifier_dropout_prob = classifier_dropout_prob
+        if not isinstance(cached_dir, dict):
+            cached_dir = dict.fromkeys(SPLITS, cached_dir)
         self.cached_dir = cached_dir
         self._race = {}
 
@@ -79,7 +84,7 @@ class RaceTask(engine.FineTuningTask):
         if role not in self._race:
             self._race[role] = race.load_features(
                 self.data_dir, SPLITS[role], self.tokenizer, self.max_seq_length,
-                self.max_qa_length, self.high_only, self.middle_only, self.cached_dir,
+                self.max_qa_length, self.high_only, self.middle_only, self.cached_dir.get(role),
             )  # fmt: skip
         return self._race[role]
 
@@ -137,8 +142,45 @@ def define_race_flags(flag_values=None):
         (flags.DEFINE_bool, "high_only", False, "Read the high-school questions only."),
         (flags.DEFINE_bool, "middle_only", False, "Read the middle-school questions only."),
         (flags.DEFINE_integer, "max_qa_length", 128, "Question+option tokens kept (the last)."),
+        (flags.DEFINE_string, "task_name", "race", "The task; only race (the original's one)."),
+        (flags.DEFINE_string, "train_file", None,
+         "The original's preprocessed train TFRecord: its directory becomes the feature cache "
+         "(TFRecords named by data and settings; see --cached_dir)."),
+        (flags.DEFINE_string, "eval_file", None,
+         "The original's preprocessed dev TFRecord: its directory is the dev feature cache."),
+        (flags.DEFINE_string, "predict_file", None,
+         "The original's preprocessed test TFRecord: its directory is the test feature cache."),
     ]  # fmt: skip
     training_flags.define_rows(define, flag_values)
+    flags.DEFINE_enum(
+        "model_version",
+        "auto",
+        ["auto", "v1", "v2"],
+        "v1 or v2 ALBERT, for the defaults: v2 models take --learning_rate=1e-5 and no model "
+        "dropout (the original README: v1 settings make v2 models diverge), v1 the paper's "
+        "2e-5 and 0.1. auto: v2 when the --albert_config_file, --init_checkpoint or "
+        "--albert_hub_module_handle path has a v2 component (albert_base_v2/...), else v1.",
+        flag_values=flag_values,
+    )
+    flags.DEFINE_alias("dropout_prob", "classifier_dropout_prob", flag_values=flag_values)
+    flags.DEFINE_alias("num_keep_checkpoint", "keep_checkpoint_max", flag_values=flag_values)
+
+
+_V2_COMPONENT = re.compile(r"(^|[^a-z0-9])v2([^a-z0-9]|$)")
+
+
+def model_version(flag_values):
+    """ "v1" or "v2" from --model_version, or from the model's paths when it is auto."""
+    if flag_values.model_version != "auto":
+        return flag_values.model_version
+    paths = (flag_values.albert_config_file, flag_values.init_checkpoint,
+             flag_values.albert_hub_module_handle)  # fmt: skip
+    version = "v2" if any(p and _V2_COMPONENT.search(p.lower()) for p in paths) else "v1"
+    logging.info(
+        "RACE defaults for an ALBERT %s model (from the model's paths; --model_version to set).",
+        version,
+    )
+    return version
 
 
 def check_race_flags(flag_values):
@@ -165,9 +207,13 @@ def run_from_flags(flag_values):
     from albert.training import flags as training_flags
 
     finetuning_flags.check_finetuning_flags(flag_values)
+    if flag_values.task_name.lower() != "race":
+        raise training_flags.FlagError(
+            f"--task_name={flag_values.task_name} is not a RACE task; run_race runs race only."
+        )
     training_flags.require(flag_values, "data_dir")
     race.race_levels(flag_values.high_only, flag_values.middle_only)
-    hyperparameters.fill_from_table(flag_values, "race")
+    hyperparameters.fill_from_table(flag_values, f"race_{model_version(flag_values)}")
     check_race_flags(flag_values)
     tokenizer = finetuning_flags.tokenizer_from_flags(flag_values)
     config = finetuning_flags.config_from_flags(flag_values)
@@ -187,6 +233,14 @@ def run_from_flags(flag_values):
         high_only=flag_values.high_only,
         middle_only=flag_values.middle_only,
         classifier_dropout_prob=flag_values.classifier_dropout_prob,
-        cached_dir=flag_values.cached_dir,
+        cached_dir={
+            role: finetuning_flags.feature_file_directory(flag_values, (name,))
+            or flag_values.cached_dir
+            for role, name in (
+                (engine.TRAIN, "train_file"),
+                (engine.EVAL, "eval_file"),
+                (engine.PREDICT, "predict_file"),
+            )
+        },  # fmt: skip
     )
     return engine.run_with_flags(task, strategy, options, flag_values)

@@ -51,7 +51,8 @@ class SquadTask(engine.FineTuningTask):
         start_n_top, end_n_top: the v2 inference beam.
         null_score_diff_threshold: v2 null threshold for predictions, or None (see module doc).
         dropout_rate: dropout in the v2 answer-class head.
-        cached_dir: directory of the feature cache, or None.
+        cached_dir: directory of the feature cache, or None; or a dict role -> directory
+            (the original's separate train and predict feature files).
 
     Example:
         >>> task = SquadTask("train-v2.0.json", "dev-v2.0.json", tokenizer, config, True)
@@ -80,6 +81,8 @@ class SquadTask(engine.FineTuningTask):
         self.null_score_diff_threshold = null_score_diff_threshold
         self.tuned_null_threshold = None
         self.dropout_rate = dropout_rate
+        if not isinstance(cached_dir, dict):
+            cached_dir = dict.fromkeys((engine.TRAIN, engine.EVAL, engine.PREDICT), cached_dir)
         self.cached_dir = cached_dir
         self.prediction_keys = V2_KEYS if version_2_with_negative else V1_KEYS
         if version_2_with_negative:
@@ -112,7 +115,7 @@ class SquadTask(engine.FineTuningTask):
                 flag = "--train_file" if is_training else "--predict_file"
                 raise engine.FineTuningError(f"{flag} is required to {role}.")
             self._squad[key] = squad.load_features(
-                self.files[role], self.tokenizer, is_training, cache_dir=self.cached_dir,
+                self.files[role], self.tokenizer, is_training, cache_dir=self.cached_dir.get(role),
                 version_2_with_negative=self.version_2_with_negative, **self.window,
             )  # fmt: skip
         return self._squad[key]
@@ -196,13 +199,7 @@ class SquadTask(engine.FineTuningTask):
 
     def gold_dataset(self, role):
         """The `"data"` list of a role's file, or None when it has no answer to score."""
-        dataset = squad_metrics.load_json(self.files[role], "SQuAD file")["data"]
-        for article in dataset:
-            for paragraph in article["paragraphs"]:
-                for qa in paragraph["qas"]:
-                    if qa.get("answers") or qa.get("is_impossible"):
-                        return dataset
-        return None
+        return gold_dataset(self.files[role])
 
     def evaluate_predictions(self, predictions):
         dataset = self.gold_dataset(engine.EVAL)
@@ -265,6 +262,17 @@ class SquadTask(engine.FineTuningTask):
         )
 
 
+def gold_dataset(path):
+    """The `"data"` list of a SQuAD file, or None when it has no answer to score against."""
+    dataset = squad_metrics.load_json(path, "SQuAD file")["data"]
+    for article in dataset:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                if qa.get("answers") or qa.get("is_impossible"):
+                    return dataset
+    return None
+
+
 def _hits(scores, positions, weights):
     """Weighted count of rows whose argmax is the gold position."""
     predicted = tf.argmax(scores, axis=-1, output_type=tf.int32)  # [B]
@@ -298,8 +306,29 @@ def define_squad_flags(flag_values=None):
         (flags.DEFINE_float, "null_score_diff_threshold", None,
          "v2.0: predict no answer above this null score. Default: the threshold tuned on "
          "--predict_file when it has answers, else 0."),
+        (flags.DEFINE_float, "num_train_epochs", None,
+         "Train for this many passes over --train_file's questions: --num_train_steps = "
+         "int(questions / train_batch_size * epochs), as the original. Default: the paper's "
+         "steps (--num_train_steps)."),
+        (flags.DEFINE_float, "warmup_proportion", None,
+         "Warm up for this fraction of the training steps (--num_warmup_steps = "
+         "int(steps * proportion)). Default: the paper's warmup steps."),
+        (flags.DEFINE_string, "train_feature_file", None,
+         "The original's training feature file: its directory becomes the feature cache "
+         "(TFRecords named by data and settings; see --cached_dir)."),
+        (flags.DEFINE_string, "predict_feature_file", None,
+         "The original's predict feature file: its directory becomes the predict feature "
+         "cache (see --train_feature_file)."),
+        (flags.DEFINE_string, "predict_feature_left_file", None,
+         "The original's pickle of predict-side features: never written or read (pickles are "
+         "unsafe); its directory is the predict feature cache when --predict_feature_file is "
+         "not given."),
+        (flags.DEFINE_bool, "use_einsum", True,
+         "Accepted for the original's commands; no effect: the Keras layers choose their own "
+         "kernels, and a TFLite export is not offered here."),
     ]  # fmt: skip
     training_flags.define_rows(define, flag_values)
+    flags.DEFINE_alias("dropout_prob", "classifier_dropout_prob", flag_values=flag_values)
 
 
 def check_squad_flags(flag_values):
@@ -342,8 +371,34 @@ def run_from_flags(flag_values):
     if flag_values.do_eval or flag_values.do_predict:
         training_flags.require(flag_values, "predict_file")
     v2 = flag_values.version_2_with_negative
-    hyperparameters.fill_from_table(flag_values, "squad2.0" if v2 else "squad1.1")
+    if (
+        flag_values.do_predict
+        and not flag_values.do_eval
+        and gold_dataset(flag_values.predict_file)
+    ):
+        # As the original: predicting a file that has answers also evaluates it.
+        logging.info("--predict_file has answers: evaluating it too (eval_results.txt).")
+        flag_values.do_eval = True
+    if not flag_values.use_einsum:
+        logging.warning("--use_einsum=false has no effect here (it chose TF1 kernels for TFLite).")
+    task_key = "squad2.0" if v2 else "squad1.1"
+    if flag_values.do_train:
+        hyperparameters.steps_from_epochs(
+            flag_values,
+            task_key,
+            lambda: len(squad.read_squad_examples(flag_values.train_file, v2)),
+        )
+    hyperparameters.fill_from_table(flag_values, task_key)
     check_squad_flags(flag_values)
+    predict_dir = finetuning_flags.feature_file_directory(
+        flag_values, ("predict_feature_file", "predict_feature_left_file")
+    )
+    train_dir = finetuning_flags.feature_file_directory(flag_values, ("train_feature_file",))
+    cached_dir = {
+        engine.TRAIN: train_dir or flag_values.cached_dir,
+        engine.EVAL: predict_dir or flag_values.cached_dir,
+        engine.PREDICT: predict_dir or flag_values.cached_dir,
+    }
     tokenizer = finetuning_flags.tokenizer_from_flags(flag_values)
     config = finetuning_flags.config_from_flags(flag_values)
     finetuning_flags.check_vocabulary(tokenizer, config)
@@ -368,6 +423,6 @@ def run_from_flags(flag_values):
         end_n_top=flag_values.end_n_top,
         null_score_diff_threshold=flag_values.null_score_diff_threshold,
         dropout_rate=flag_values.classifier_dropout_prob,
-        cached_dir=flag_values.cached_dir,
+        cached_dir=cached_dir,
     )
     return engine.run_with_flags(task, strategy, options, flag_values)

@@ -182,6 +182,14 @@ def define_pretraining_flags(flag_values=FLAGS):
         False,
         "Initialise every layer group from group 0 of --init_checkpoint.",
     )
+    define(
+        flags.DEFINE_float,
+        "masked_lm_budget",
+        0.0,
+        "Accepted for the original's commands; no effect: its online masking (> 0) was never "
+        "finished there (the reader drops the masked-LM features the model needs). Masking "
+        "is done by create_pretraining_data.",
+    )
 
 
 def _definer(flag_values):
