@@ -86,6 +86,8 @@ HF_TABLE = NameTable(
 
 CONFIG_FILE = "config.json"
 _BASE_PREFIX = "albert."
+_MAPPING_WEIGHT = "albert.encoder.embedding_hidden_mapping_in.weight"  # [H, E]
+_MAPPING_BIAS = "albert.encoder.embedding_hidden_mapping_in.bias"
 WEIGHTS_FILE = "model.safetensors"
 
 # The decoder is tied to the input embeddings and its bias to `predictions.bias`; some files
@@ -237,6 +239,8 @@ def load(model, directory: str) -> LoadResult:
                 return f.get_tensor(stored_name[name])
 
             ignored = _tolerated(shapes, read, weights_path)
+            if model_parts(model)[BACKBONE].embeddings.embedding_hidden_mapping_in is None:
+                ignored += _identity_mapping(shapes, read, weights_path)
             shapes = {name: shape for name, shape in shapes.items() if name not in ignored}
             assignments, ignored_heads = plan_load(
                 bind(HF_TABLE, model, "HF"),
@@ -291,6 +295,28 @@ def _tolerated(shapes: dict, read, source: str) -> list:
     return tolerated
 
 
+def _identity_mapping(shapes: dict, read, source: str) -> list:
+    """With E == H the model has no E->H projection (as the original); HF always has one.
+
+    Returns:
+        The mapping's names, to skip: HF's projection must then be the identity (as written
+        by `save`), which is the same function.
+
+    Raises:
+        CheckpointError: the projection is not the identity (a model trained with one).
+    """
+    names = [_MAPPING_WEIGHT, _MAPPING_BIAS]
+    if not all(name in shapes for name in names):
+        return []
+    weight, bias = read(_MAPPING_WEIGHT), read(_MAPPING_BIAS)
+    if not (np.array_equal(weight, np.eye(*weight.shape)) and not np.any(bias)):
+        raise CheckpointError(
+            f"{source}: embedding_size == hidden_size but embedding_hidden_mapping_in is not the "
+            "identity; the original ALBERT (and this model) has no such projection when E == H."
+        )
+    return names
+
+
 def save(model, directory: str) -> str:
     """Writes `model` as an HF directory that `AlbertForPreTraining.from_pretrained` reads.
 
@@ -313,7 +339,12 @@ def save(model, directory: str) -> str:
     # without importing TensorFlow). HF's loader checks the file says it holds torch tensors.
     weights = os.path.join(directory, WEIGHTS_FILE)
     temporary = f"{weights}.tmp-{uuid.uuid4().hex}"
-    save_file(export_arrays(bound), temporary, metadata={"format": "pt"})
+    arrays = export_arrays(bound)
+    if model_parts(model)[BACKBONE].embeddings.embedding_hidden_mapping_in is None:
+        # E == H: HF always builds the projection; the identity is the original's function.
+        arrays[_MAPPING_WEIGHT] = np.eye(config.hidden_size, dtype="float32")
+        arrays[_MAPPING_BIAS] = np.zeros(config.hidden_size, dtype="float32")
+    save_file(arrays, temporary, metadata={"format": "pt"})
     os.replace(temporary, weights)
     architecture = "AlbertForPreTraining" if has_heads else "AlbertModel"
     config_path = os.path.join(directory, CONFIG_FILE)

@@ -20,12 +20,24 @@ import numpy as np
 
 from albert.config import AlbertConfig
 from albert.errors import AlbertError
-from albert.modeling import AlbertBackbone, AlbertMaskedLMHead, AlbertSentenceOrderHead
+from albert.modeling import (
+    AlbertBackbone,
+    AlbertClassifier,
+    AlbertMaskedLMHead,
+    AlbertQuestionAnswering,
+    AlbertSentenceOrderHead,
+)
 
-# Parts of a pretraining model a checkpoint may or may not hold. The backbone is always
-# required; each head is loaded when the checkpoint has it and left initialised otherwise.
+# Parts of a model a checkpoint may or may not hold. The backbone is always required; each
+# head (pretraining or fine-tuning) is loaded when the checkpoint has it and left initialised
+# otherwise.
 BACKBONE, MASKED_LM, SENTENCE_ORDER = "backbone", "masked_lm", "sentence_order"
-HEAD_PARTS = (MASKED_LM, SENTENCE_ORDER)
+TASK_HEAD = "task_head"
+HEAD_PARTS = (MASKED_LM, SENTENCE_ORDER, TASK_HEAD)
+# The E->H projection, absent when E == H (as in the original).
+MAPPING_PATH = "embeddings.embedding_hidden_mapping_in."
+# Kinds of fine-tuning head (`task_head`), each with its own names in a format's table.
+CLASSIFIER, SQUAD_V1, SQUAD_V2 = "classifier", "squad_v1", "squad_v2"
 
 # Config keys that change the function a checkpoint computes; the others (dropout,
 # initializer_range) may differ between a checkpoint and the model that loads it.
@@ -67,6 +79,9 @@ class NameTable:
         sentence_order: full names -> path below `AlbertSentenceOrderHead`.
         transposed: (foreign name, attribute path) -> whether the stored array is the
             transpose of the Keras variable.
+        task_heads: fine-tuning head kind (`CLASSIFIER`, `SQUAD_V1`, `SQUAD_V2`) -> full names
+            -> path below the model's head layer (see `task_head`); empty when the format
+            has no names for fine-tuned heads.
     """
 
     backbone: dict
@@ -76,9 +91,11 @@ class NameTable:
     masked_lm: dict
     sentence_order: dict
     transposed: Callable[[str, str], bool]
+    task_heads: dict = dataclasses.field(default_factory=dict)
 
     def head_names(self) -> set:
-        return set(self.masked_lm) | set(self.sentence_order)
+        names = set(self.masked_lm) | set(self.sentence_order)
+        return names.union(*self.task_heads.values())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +156,19 @@ def model_parts(model) -> dict:
     }
 
 
+def task_head(model) -> tuple:
+    """(kind, head layer) of a fine-tuning model, or (None, None).
+
+    `AlbertClassifier` and `AlbertMultipleChoice` (one output per choice) hold a classifier
+    head, `AlbertQuestionAnswering` a SQuAD v1.1 or v2.0 head.
+    """
+    if isinstance(model, AlbertClassifier):
+        return CLASSIFIER, model.classifier
+    if isinstance(model, AlbertQuestionAnswering):
+        return (SQUAD_V2 if model.version_2_with_negative else SQUAD_V1), model.qa_head
+    return None, None
+
+
 def bind(table: NameTable, model, format_name: str) -> dict:
     """Resolves `table` against `model`'s attributes.
 
@@ -159,6 +189,11 @@ def bind(table: NameTable, model, format_name: str) -> dict:
         )
     bound = {part: {} for part in (BACKBONE, *HEAD_PARTS)}
     for name, path in table.backbone.items():
+        if (
+            path.startswith(MAPPING_PATH)
+            and backbone.embeddings.embedding_hidden_mapping_in is None
+        ):
+            continue  # E == H: no projection, as the original
         bound[BACKBONE][name] = _binding(table, name, backbone, path)
     encoder = backbone.encoder
     for suffixes, blocks in (
@@ -176,6 +211,9 @@ def bind(table: NameTable, model, format_name: str) -> dict:
         if parts[part] is not None:
             for name, path in names.items():
                 bound[part][name] = _binding(table, name, parts[part], path)
+    kind, head = task_head(model)
+    for name, path in table.task_heads.get(kind, {}).items():
+        bound[TASK_HEAD][name] = _binding(table, name, head, path)
     return bound
 
 

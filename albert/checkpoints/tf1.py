@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import re
 
-import numpy as np
 import tensorflow as tf
-from absl import logging
 from google.protobuf import text_format
 
 from albert.checkpoints.table import (
     BACKBONE,
+    CLASSIFIER,
+    SQUAD_V1,
+    SQUAD_V2,
     CheckpointError,
     LoadResult,
     NameTable,
@@ -82,13 +83,37 @@ TF1_TABLE = NameTable(
         "cls/seq_relationship/output_bias": "output_bias",
     },
     transposed=lambda name, path: False,
+    # The original's fine-tuning heads (classifier_utils.py, race_utils.py, squad_utils.py).
+    task_heads={
+        # GLUE: [num_labels, H], [num_labels]; RACE: [1, H], [1] (one logit per choice).
+        CLASSIFIER: {
+            "output_weights": "output_weights",
+            "output_bias": "output_bias",
+        },
+        SQUAD_V1: {
+            "cls/squad/output_weights": "output_weights",  # [2, H]
+            "cls/squad/output_bias": "output_bias",  # [2]
+        },
+        SQUAD_V2: {
+            "start_logits/dense/kernel": "start_dense.kernel",  # [H, 1]
+            "start_logits/dense/bias": "start_dense.bias",  # [1]
+            "end_logits/dense_0/kernel": "end_dense_0.kernel",  # [2H, H] on [h_t; h_start]
+            "end_logits/dense_0/bias": "end_dense_0.bias",  # [H]
+            "end_logits/LayerNorm/gamma": "end_layer_norm.gamma",  # [H]
+            "end_logits/LayerNorm/beta": "end_layer_norm.beta",  # [H]
+            "end_logits/dense_1/kernel": "end_dense_1.kernel",  # [H, 1]
+            "end_logits/dense_1/bias": "end_dense_1.bias",  # [1]
+            "answer_class/dense_0/kernel": "answer_dense_0.kernel",  # [2H, H] on [h_p; h_CLS]
+            "answer_class/dense_0/bias": "answer_dense_0.bias",  # [H]
+            "answer_class/dense_1/kernel": "answer_dense_1.kernel",  # [H, 1], no bias
+        },
+    },
 )
 
 CONFIG_FILE = "albert_config.json"
 DEFAULT_PREFIX = "model.ckpt"
 _MODULE_PREFIX = "module/"
 _SLOT_SUFFIXES = ("/adam_m", "/adam_v", "/lamb_m", "/lamb_v")
-_MAPPING = "bert/encoder/embedding_hidden_mapping_in/"
 _DATA_SUFFIX = re.compile(r"\.data-\d+-of-\d+$")
 
 
@@ -144,6 +169,10 @@ def read_config(path: str) -> AlbertConfig | None:
 def load(model, path: str) -> LoadResult:
     """Loads a TF1 checkpoint into an AlbertBackbone, an AlbertPretrainer or a fine-tuning model.
 
+    A fine-tuning model also takes its head from a checkpoint fine-tuned by the original
+    (its names are in `TF1_TABLE.task_heads`), and leaves it initialised when the checkpoint
+    has none (a pretrained one).
+
     Args:
         model: the Keras model; its config must match the checkpoint's.
         path: anything `resolve_prefix` accepts. A checkpoint written by this project's
@@ -180,22 +209,9 @@ def load(model, path: str) -> LoadResult:
         raise CheckpointError(f"Cannot read TF1 checkpoint {prefix}: {e}") from None
     shapes, stored_name, ignored = _model_names(stored_shapes)
     bound = bind(TF1_TABLE, model, "TF1")
-    identity_mapping = _lacks_mapping(backbone.config, shapes)
-    if identity_mapping:
-        for name in [n for n in bound[BACKBONE] if n.startswith(_MAPPING)]:
-            del bound[BACKBONE][name]
     assignments, ignored_heads = plan_load(bound, shapes, TF1_TABLE.head_names(), prefix)
     assign(assignments, lambda name: reader.get_tensor(stored_name[name]))
     covered = [binding.variable for binding in assignments.values()]
-    if identity_mapping:
-        mapping = backbone.embeddings.embedding_hidden_mapping_in
-        _set_identity(mapping)
-        covered += [mapping.kernel, mapping.bias]
-        logging.info(
-            "%s has no %s (E == H, where the original has no mapping): set it to the identity.",
-            prefix,
-            _MAPPING,
-        )
     return LoadResult(
         path=prefix,
         format="tf1",
@@ -222,24 +238,14 @@ def _model_names(stored_shapes: dict) -> tuple:
     return shapes, stored_name, ignored
 
 
-def _lacks_mapping(config: AlbertConfig, shapes: dict) -> bool:
-    # The original creates embedding_hidden_mapping_in only when E != H; with E == H its
-    # embeddings feed the first layer directly, which an identity mapping reproduces.
-    return config.embedding_size == config.hidden_size and not any(
-        n.startswith(_MAPPING) for n in shapes
-    )
-
-
-def _set_identity(dense) -> None:
-    dense.kernel.assign(np.eye(dense.kernel.shape[0], dtype="float32"))
-    dense.bias.assign(np.zeros(dense.bias.shape, dtype="float32"))
-
-
 def save(model, directory: str, prefix_name: str = DEFAULT_PREFIX) -> str:
     """Writes `model` as a TF1 checkpoint with the original names, plus `albert_config.json`.
 
     Args:
-        model: an AlbertBackbone or AlbertPretrainer (a backbone writes no `cls/` heads).
+        model: an AlbertBackbone, an AlbertPretrainer or a fine-tuning model (its head under
+            the original's names: `output_weights`/`output_bias` for a classifier or RACE,
+            `cls/squad/...` for SQuAD v1.1, `start_logits/...`, `end_logits/...`,
+            `answer_class/...` for v2.0); a backbone writes no heads.
         directory: created if needed; receives `<prefix_name>.index`, `.data-00000-of-00001`,
             a `checkpoint` state file and `albert_config.json`.
         prefix_name: the checkpoint's file prefix inside `directory`.

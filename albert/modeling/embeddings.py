@@ -24,6 +24,9 @@ def layer_norm(name):
 class AlbertEmbeddings(keras.layers.Layer):
     """Sums the three embeddings of size E, normalises them, and projects them to H.
 
+    As the original, the E->H projection `embedding_hidden_mapping_in` exists only when
+    E != H (`embedding_hidden_mapping_in` is None otherwise: the paper's E=768 ablations).
+
     Args:
         config: an `AlbertConfig`.
 
@@ -41,11 +44,13 @@ class AlbertEmbeddings(keras.layers.Layer):
         self.config = config
         self.layer_norm = layer_norm("LayerNorm")
         self.dropout = Dropout(config.hidden_dropout_prob)
-        self.embedding_hidden_mapping_in = keras.layers.Dense(
-            config.hidden_size,
-            kernel_initializer=truncated_normal(config),
-            name="embedding_hidden_mapping_in",
-        )
+        self.embedding_hidden_mapping_in = None
+        if config.embedding_size != config.hidden_size:
+            self.embedding_hidden_mapping_in = keras.layers.Dense(
+                config.hidden_size,
+                kernel_initializer=truncated_normal(config),
+                name="embedding_hidden_mapping_in",
+            )
 
     def build(self, input_shape=None):
         c = self.config
@@ -64,7 +69,8 @@ class AlbertEmbeddings(keras.layers.Layer):
             name="token_type_embeddings",
         )
         self.layer_norm.build((None, None, c.embedding_size))
-        self.embedding_hidden_mapping_in.build((None, None, c.embedding_size))
+        if self.embedding_hidden_mapping_in is not None:
+            self.embedding_hidden_mapping_in.build((None, None, c.embedding_size))
         self.built = True
 
     def call(self, input_ids, segment_ids, training=False):
@@ -75,4 +81,6 @@ class AlbertEmbeddings(keras.layers.Layer):
         x = self.layer_norm(x)
         x = ops.cast(x, self.compute_dtype)
         x = self.dropout(x, training=training)
+        if self.embedding_hidden_mapping_in is None:
+            return x  # E == H
         return self.embedding_hidden_mapping_in(x)  # [B, T, H]

@@ -52,11 +52,12 @@ def reference_tf1_shapes(config, heads=True):
         "bert/embeddings/position_embeddings": (P, E),
         "bert/embeddings/LayerNorm/gamma": (E,),
         "bert/embeddings/LayerNorm/beta": (E,),
-        "bert/encoder/embedding_hidden_mapping_in/kernel": (E, H),
-        "bert/encoder/embedding_hidden_mapping_in/bias": (H,),
         "bert/pooler/dense/kernel": (H, H),
         "bert/pooler/dense/bias": (H,),
     }
+    if E != H:  # the original creates the projection only then
+        shapes["bert/encoder/embedding_hidden_mapping_in/kernel"] = (E, H)
+        shapes["bert/encoder/embedding_hidden_mapping_in/bias"] = (H,)
     for g in range(config.num_hidden_groups):
         for i in range(config.inner_group_num):
             block = f"bert/encoder/transformer/group_{g}/inner_group_{i}/"

@@ -155,3 +155,23 @@ def test_not_shared_is_exported_as_one_group_per_layer(tmp_path):
     load_checkpoint(again, str(tmp_path))
     for a, b in zip(model.weights, again.weights, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_equal_embedding_and_hidden_size_writes_and_requires_an_identity_mapping(tmp_path):
+    """HF always builds embedding_hidden_mapping_in; the original (and we) not when E == H."""
+    config = tiny_config(embedding_size=18)
+    model = randomize(AlbertPretrainer(config))
+    save_checkpoint(model, str(tmp_path), "hf")
+    weights = load_file(str(tmp_path / "model.safetensors"))
+    mapping = "albert.encoder.embedding_hidden_mapping_in"
+    np.testing.assert_array_equal(weights[f"{mapping}.weight"], np.eye(18))
+    np.testing.assert_array_equal(weights[f"{mapping}.bias"], np.zeros(18))
+    again = AlbertPretrainer(config)
+    result = load_checkpoint(again, str(tmp_path))
+    assert result.initialised == []
+    for expected, loaded in zip(model.weights, again.weights, strict=True):
+        np.testing.assert_array_equal(expected.numpy(), loaded.numpy())
+    weights[f"{mapping}.weight"] = weights[f"{mapping}.weight"] * 2.0
+    save_file(weights, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match="not the identity"):
+        load_checkpoint(AlbertPretrainer(config), str(tmp_path))

@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from checkpoint_testing import (
     HF_FIXTURE,
     parity_inputs,
@@ -198,19 +199,25 @@ def test_partial_sharing_cannot_be_written_in_tf1_names(tmp_path, sharing):
         load_checkpoint(model, str(tmp_path))
 
 
-def test_equal_embedding_and_hidden_size_without_mapping_uses_identity(tmp_path):
-    # The original has no embedding_hidden_mapping_in when E == H.
+def test_equal_embedding_and_hidden_size_has_no_mapping_as_the_original(tmp_path):
+    # The original has no embedding_hidden_mapping_in when E == H; neither has the model.
     config = tiny_config(embedding_size=18)
     shapes = reference_tf1_shapes(config)
-    del shapes["bert/encoder/embedding_hidden_mapping_in/kernel"]
-    del shapes["bert/encoder/embedding_hidden_mapping_in/bias"]
+    assert not any("embedding_hidden_mapping_in" in name for name in shapes)
     write_tf1(tmp_path / "model.ckpt", random_arrays(shapes))
     model = randomize(AlbertPretrainer(config))
+    assert model.backbone.embeddings.embedding_hidden_mapping_in is None
     result = load_checkpoint(model, str(tmp_path))
-    mapping = model.backbone.embeddings.embedding_hidden_mapping_in
-    np.testing.assert_array_equal(mapping.kernel.numpy(), np.eye(18))
-    np.testing.assert_array_equal(mapping.bias.numpy(), np.zeros(18))
     assert result.initialised == []
+    assert sorted(result.loaded) == sorted(shapes)
+    save_checkpoint(model, str(tmp_path / "again"), "tf1")
+    written = tf.train.load_checkpoint(str(tmp_path / "again" / "model.ckpt"))
+    assert set(written.get_variable_to_shape_map()) == set(shapes)
+    # A mapping in an E == H checkpoint is a variable the original model cannot have.
+    shapes["bert/encoder/embedding_hidden_mapping_in/kernel"] = (18, 18)
+    write_tf1(tmp_path / "mapped" / "model.ckpt", random_arrays(shapes))
+    with pytest.raises(CheckpointError, match="unexpected 1: bert/encoder/embedding_hidden"):
+        load_checkpoint(model, str(tmp_path / "mapped"))
 
 
 def test_hf_weights_through_tf1_keep_hf_parity(tmp_path):

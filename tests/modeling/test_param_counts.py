@@ -50,16 +50,12 @@ def paper_count(embedding_size, layer_sharing):
 
     This is the counting that matches all twelve numbers of Tables 3 and 4 within 1M (with
     the pooler or the heads, E=768 not-shared comes out over 109M against the paper's 108M).
-    The original code creates `embedding_hidden_mapping_in` only when E != H, so at E = H = 768
-    our always-present E->H mapping is not counted.
+    As the original, the model has no `embedding_hidden_mapping_in` at E = H = 768.
     """
     base = AlbertConfig.from_json_file(configs.path("albert_base_v2"))
     config = base.replace(embedding_size=embedding_size, layer_sharing=layer_sharing)
     backbone = build_without_weights(AlbertBackbone, config)
-    count = backbone.embeddings.count_params() + backbone.encoder.count_params()
-    if config.embedding_size == config.hidden_size:
-        count -= backbone.embeddings.embedding_hidden_mapping_in.count_params()
-    return count
+    return backbone.embeddings.count_params() + backbone.encoder.count_params()
 
 
 # (E, layer_sharing) -> parameters in millions, from the paper's Tables 3 and 4.
@@ -119,3 +115,15 @@ def test_not_shared_count_grows_by_one_block_per_layer():
     ffn = 2 * hidden * intermediate + intermediate + hidden + 2 * hidden
     block = attention + ffn
     assert twelve - one == 11 * block
+
+
+@pytest.mark.parametrize("embedding_size", [10, 18])
+def test_embedding_projection_only_when_embedding_size_differs(embedding_size):
+    """The original creates `embedding_hidden_mapping_in` [E, H] + [H] only when E != H."""
+    config = _tiny().replace(embedding_size=embedding_size)  # H = 18
+    embeddings = build_without_weights(AlbertBackbone, config).embeddings
+    E, H = embedding_size, 18
+    tables = (99 + 16 + config.type_vocab_size) * E + 2 * E  # word, position, type; LayerNorm
+    projection = E * H + H if E != H else 0
+    assert embeddings.count_params() == tables + projection
+    assert (embeddings.embedding_hidden_mapping_in is None) == (E == H)
