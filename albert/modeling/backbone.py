@@ -6,6 +6,7 @@ from keras import ops
 from albert.config import AlbertConfig
 from albert.modeling.embeddings import AlbertEmbeddings, truncated_normal
 from albert.modeling.encoder import MASK_ADDER, AlbertEncoder
+from albert.modeling.serialization import serializable
 
 
 def attention_bias_from_mask(input_mask):
@@ -31,6 +32,7 @@ def standardize_inputs(inputs):
     return input_ids, input_mask, segment_ids
 
 
+@serializable
 class AlbertBackbone(keras.Model):
     """The ALBERT encoder: what every task head sits on.
 

@@ -43,6 +43,7 @@ def replica_seed(replica_id):
         _context.replica_id = previous
 
 
+@keras.saving.register_keras_serializable(package="albert")
 class ReplicaSeedGenerator(keras.random.SeedGenerator):
     """A `SeedGenerator` whose drawn seeds depend on the replica (see `replica_seed`)."""
 
@@ -55,6 +56,7 @@ class ReplicaSeedGenerator(keras.random.SeedGenerator):
         return seed + ops.stack([offset, ops.zeros_like(offset)])
 
 
+@keras.saving.register_keras_serializable(package="albert")
 class Dropout(keras.layers.Layer):
     """`keras.layers.Dropout` drawing from a `ReplicaSeedGenerator`.
 

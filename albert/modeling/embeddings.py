@@ -9,6 +9,7 @@ import keras
 from keras import ops
 
 from albert.modeling.dropout import Dropout
+from albert.modeling.serialization import as_config, serializable
 
 
 def truncated_normal(config):
@@ -21,6 +22,7 @@ def layer_norm(name):
     return keras.layers.LayerNormalization(epsilon=1e-12, name=name, dtype="float32")
 
 
+@serializable
 class AlbertEmbeddings(keras.layers.Layer):
     """Sums the three embeddings of size E, normalises them, and projects them to H.
 
@@ -41,7 +43,7 @@ class AlbertEmbeddings(keras.layers.Layer):
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
-        self.config = config
+        self.config = config = as_config(config)
         self.layer_norm = layer_norm("LayerNorm")
         self.dropout = Dropout(config.hidden_dropout_prob)
         self.embedding_hidden_mapping_in = None
@@ -84,3 +86,6 @@ class AlbertEmbeddings(keras.layers.Layer):
         if self.embedding_hidden_mapping_in is None:
             return x  # E == H
         return self.embedding_hidden_mapping_in(x)  # [B, T, H]
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}

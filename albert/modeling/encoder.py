@@ -13,6 +13,7 @@ from keras import ops
 
 from albert.modeling.dropout import Dropout
 from albert.modeling.embeddings import layer_norm, truncated_normal
+from albert.modeling.serialization import as_config, serializable
 
 # Added to the attention scores of padding keys before the softmax. The original uses -10000
 # rather than -inf so that a row with every key masked still gives finite numbers.
@@ -35,6 +36,7 @@ def activation(name):
     return keras.activations.get(name)
 
 
+@serializable
 class AlbertAttention(keras.layers.Layer):
     """Post-LN multi-head self-attention: softmax(QK^T/sqrt(D) + mask) V, dense, residual, LN.
 
@@ -43,6 +45,7 @@ class AlbertAttention(keras.layers.Layer):
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
+        self.config = config = as_config(config)
         self.num_heads = config.num_attention_heads
         self.head_size = config.head_size
         dense = lambda name: keras.layers.Dense(  # noqa: E731
@@ -58,6 +61,9 @@ class AlbertAttention(keras.layers.Layer):
         self.output_dropout = Dropout(config.hidden_dropout_prob)
         self.layer_norm = layer_norm("LayerNorm")
         self.hidden_size = config.hidden_size
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
 
     def build(self, input_shape=None):
         for layer in (self.query, self.key, self.value, self.output_dense):
@@ -110,11 +116,13 @@ class AlbertAttention(keras.layers.Layer):
         return ops.cast(self.layer_norm(out + queries), self.compute_dtype)
 
 
+@serializable
 class AlbertFeedForward(keras.layers.Layer):
     """Post-LN FFN: dense I with the config's activation, dense H, dropout, residual, LN."""
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
+        self.config = config = as_config(config)
         init = truncated_normal(config)
         self.hidden_size = config.hidden_size
         self.intermediate_size = config.intermediate_size
@@ -129,6 +137,9 @@ class AlbertFeedForward(keras.layers.Layer):
         )
         self.dropout = Dropout(config.hidden_dropout_prob)
         self.layer_norm = layer_norm("LayerNorm_1")
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
 
     def build(self, input_shape=None):
         self.intermediate.build((None, None, self.hidden_size))
@@ -157,6 +168,7 @@ def block_owners(config):
     return attention_owner, ffn_owner
 
 
+@serializable
 class AlbertEncoder(keras.layers.Layer):
     """L layers over `num_hidden_groups` (or per-layer) parameter sets of inner blocks.
 
@@ -167,7 +179,7 @@ class AlbertEncoder(keras.layers.Layer):
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
-        self.config = config
+        self.config = config = as_config(config)
         self.attention_owner, self.ffn_owner = block_owners(config)
         inner = range(config.inner_group_num)
         self.attention_blocks = [
@@ -178,6 +190,9 @@ class AlbertEncoder(keras.layers.Layer):
             [AlbertFeedForward(config, name=f"group_{o}_inner_group_{i}_ffn") for i in inner]
             for o in range(max(self.ffn_owner) + 1)
         ]
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
 
     def build(self, input_shape=None):
         for blocks in self.attention_blocks + self.ffn_blocks:

@@ -5,8 +5,10 @@ from keras import ops
 
 from albert.modeling.embeddings import layer_norm, truncated_normal
 from albert.modeling.encoder import activation, gather_positions
+from albert.modeling.serialization import as_config, serializable
 
 
+@serializable
 class AlbertMaskedLMHead(keras.layers.Layer):
     """Dense H->E with the config's activation, LayerNorm(E), then logits over the vocabulary
     through the transposed word embeddings plus `output_bias`.
@@ -25,7 +27,7 @@ class AlbertMaskedLMHead(keras.layers.Layer):
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
-        self.config = config
+        self.config = config = as_config(config)
         self.dense = keras.layers.Dense(
             config.embedding_size,
             activation=activation(config.hidden_act),
@@ -33,6 +35,9 @@ class AlbertMaskedLMHead(keras.layers.Layer):
             name="transform_dense",
         )
         self.layer_norm = layer_norm("transform_LayerNorm")
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
 
     def build(self, input_shape=None):
         self.dense.build((None, None, self.config.hidden_size))
@@ -52,13 +57,21 @@ class AlbertMaskedLMHead(keras.layers.Layer):
         return logits + ops.cast(self.output_bias, "float32")
 
 
+@serializable
 class AlbertSentenceOrderHead(keras.layers.Layer):
     """logits = pooled_output . W^T + b with W [2, H] (`cls/seq_relationship`)."""
 
     def __init__(self, config, num_classes=2, **kwargs):
         super().__init__(**kwargs)
-        self.config = config
+        self.config = as_config(config)
         self.num_classes = num_classes
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "config": self.config.to_dict(),
+            "num_classes": self.num_classes,
+        }
 
     def build(self, input_shape=None):
         self.output_weights = self.add_weight(

@@ -5,8 +5,10 @@ import keras
 from albert.config import AlbertConfig
 from albert.modeling.backbone import AlbertBackbone
 from albert.modeling.heads import AlbertMaskedLMHead, AlbertSentenceOrderHead
+from albert.modeling.serialization import serializable
 
 
+@serializable
 class AlbertPretrainer(keras.Model):
     """Backbone + MLM head (tied to the word embeddings) + SOP head, as the original.
 

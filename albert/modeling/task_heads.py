@@ -15,11 +15,13 @@ from keras import ops
 
 from albert.modeling.dropout import Dropout
 from albert.modeling.embeddings import truncated_normal
+from albert.modeling.serialization import as_config, serializable
 
 # Added to the logits of positions that cannot hold an answer (p_mask = 1).
 NEG_INF = -1e30
 
 
+@serializable
 class AlbertClassificationHead(keras.layers.Layer):
     """logits = dropout(pooled_output) . W^T + b, W of shape [num_labels, H].
 
@@ -33,9 +35,18 @@ class AlbertClassificationHead(keras.layers.Layer):
 
     def __init__(self, config, num_labels, dropout_rate=0.1, **kwargs):
         super().__init__(**kwargs)
-        self.config = config
+        self.config = as_config(config)
         self.num_labels = num_labels
+        self.dropout_rate = dropout_rate
         self.dropout = Dropout(dropout_rate)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "config": self.config.to_dict(),
+            "num_labels": self.num_labels,
+            "dropout_rate": self.dropout_rate,
+        }
 
     def build(self, input_shape=None):
         self.output_weights = self.add_weight(
@@ -54,6 +65,7 @@ class AlbertClassificationHead(keras.layers.Layer):
         return logits + ops.cast(self.output_bias, "float32")
 
 
+@serializable
 class AlbertSpanHead(AlbertClassificationHead):
     """SQuAD v1.1: start/end logits from one linear layer over every position.
 
@@ -67,6 +79,11 @@ class AlbertSpanHead(AlbertClassificationHead):
     def __init__(self, config, **kwargs):
         super().__init__(config, num_labels=2, dropout_rate=0.0, **kwargs)
 
+    def get_config(self):
+        config = super().get_config()
+        del config["num_labels"], config["dropout_rate"]  # fixed by this class
+        return config
+
     def call(self, sequence_output, training=False):
         logits = super().call(sequence_output, training=training)  # [B, T, 2]
         return logits[..., 0], logits[..., 1]
@@ -78,6 +95,7 @@ def _masked(logits, p_mask):
     return logits * (1.0 - p_mask) + NEG_INF * p_mask
 
 
+@serializable
 class AlbertSquadV2Head(keras.layers.Layer):
     """SQuAD 2.0 head: start, start-conditioned end, and answer-class logits.
 
@@ -95,9 +113,10 @@ class AlbertSquadV2Head(keras.layers.Layer):
 
     def __init__(self, config, start_n_top=5, end_n_top=5, dropout_rate=0.1, **kwargs):
         super().__init__(**kwargs)
-        self.config = config
+        self.config = config = as_config(config)
         self.start_n_top = start_n_top
         self.end_n_top = end_n_top
+        self.dropout_rate = dropout_rate
         init = truncated_normal(config)
         hidden = config.hidden_size
         self.start_dense = keras.layers.Dense(1, kernel_initializer=init, name="start_dense")
@@ -115,6 +134,15 @@ class AlbertSquadV2Head(keras.layers.Layer):
         self.answer_dense_1 = keras.layers.Dense(
             1, use_bias=False, kernel_initializer=init, name="answer_class_dense_1"
         )
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "config": self.config.to_dict(),
+            "start_n_top": self.start_n_top,
+            "end_n_top": self.end_n_top,
+            "dropout_rate": self.dropout_rate,
+        }
 
     def build(self, input_shape=None):
         hidden = self.config.hidden_size

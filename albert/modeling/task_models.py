@@ -9,6 +9,7 @@ from keras import ops
 
 from albert.config import AlbertConfig
 from albert.modeling.backbone import AlbertBackbone
+from albert.modeling.serialization import serializable
 from albert.modeling.task_heads import AlbertClassificationHead, AlbertSpanHead, AlbertSquadV2Head
 
 
@@ -21,6 +22,7 @@ def _backbone(backbone_or_config):
     return AlbertBackbone(config)
 
 
+@serializable
 class AlbertClassifier(keras.Model):
     """Sequence classification / regression (GLUE): pooled output -> dropout -> linear.
 
@@ -62,6 +64,7 @@ class AlbertClassifier(keras.Model):
         }
 
 
+@serializable
 class AlbertMultipleChoice(AlbertClassifier):
     """Multiple choice (RACE): each choice scored by pooled output -> linear(1), softmax over
     the choices.
@@ -90,6 +93,7 @@ class AlbertMultipleChoice(AlbertClassifier):
         return config
 
 
+@serializable
 class AlbertQuestionAnswering(keras.Model):
     """Extractive QA (SQuAD): v1.1 span head, or the v2 head with answer classification.
 
