@@ -1,0 +1,254 @@
+"""Every flag of the original's scripts is accepted, and the ones with a meaning here have it:
+epochs and warmup proportion as steps, TF-Hub module folders, RACE defaults by model version,
+the exported classifier's threshold, the feature-file flags as cache directories."""
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import synthetic_glue as synthetic
+import tensorflow as tf
+from absl import flags
+
+from albert.config import AlbertConfig
+from albert.export import export_classifier
+from albert.modeling import AlbertClassifier
+from albert.tasks import classification, hyperparameters, race, squad
+from albert.tasks import flags as finetuning_flags
+from albert.training import flags as training_flags
+from albert.training.flags import FlagError
+
+# Every flag each original script defines (google-research/albert, final versions).
+_TPU = ["use_tpu", "tpu_name", "tpu_zone", "gcp_project", "master", "num_tpu_cores"]
+_SQUAD = ["albert_config_file", "vocab_file", "spm_model_file", "output_dir", "train_file",
+          "predict_file", "train_feature_file", "predict_feature_file",
+          "predict_feature_left_file", "init_checkpoint", "albert_hub_module_handle",
+          "do_lower_case", "max_seq_length", "doc_stride", "max_query_length", "do_train",
+          "do_predict", "train_batch_size", "predict_batch_size", "learning_rate",
+          "num_train_epochs", "warmup_proportion", "save_checkpoints_steps",
+          "iterations_per_loop", "n_best_size", "max_answer_length", *_TPU]  # fmt: skip
+ORIGINAL_FLAGS = {
+    "run_squad_v1": [*_SQUAD, "use_einsum", "export_dir"],
+    "run_squad_v2": [*_SQUAD, "start_n_top", "end_n_top", "dropout_prob"],
+    "run_race": [
+        "data_dir",
+        "albert_config_file",
+        "task_name",
+        "vocab_file",
+        "train_file",
+        "eval_file",
+        "predict_file",
+        "spm_model_file",
+        "output_dir",
+        "init_checkpoint",
+        "albert_hub_module_handle",
+        "do_lower_case",
+        "dropout_prob",
+        "max_seq_length",
+        "max_qa_length",
+        "num_keep_checkpoint",
+        "high_only",
+        "middle_only",
+        "do_train",
+        "do_eval",
+        "do_predict",
+        "train_batch_size",
+        "eval_batch_size",
+        "predict_batch_size",
+        "learning_rate",
+        "train_step",
+        "warmup_step",
+        "save_checkpoints_steps",
+        "iterations_per_loop",
+        *_TPU,
+    ],  # fmt: skip
+    "run_classifier": [
+        "data_dir",
+        "albert_config_file",
+        "task_name",
+        "vocab_file",
+        "spm_model_file",
+        "output_dir",
+        "cached_dir",
+        "init_checkpoint",
+        "albert_hub_module_handle",
+        "do_lower_case",
+        "max_seq_length",
+        "do_train",
+        "do_eval",
+        "do_predict",
+        "train_batch_size",
+        "eval_batch_size",
+        "predict_batch_size",
+        "learning_rate",
+        "train_step",
+        "warmup_step",
+        "save_checkpoints_steps",
+        "keep_checkpoint_max",
+        "iterations_per_loop",
+        "optimizer",
+        "export_dir",
+        "threshold_to_export",
+        *_TPU,
+    ],  # fmt: skip
+    "run_pretraining": [
+        "albert_config_file",
+        "input_file",
+        "output_dir",
+        "init_checkpoint",
+        "max_seq_length",
+        "max_predictions_per_seq",
+        "do_train",
+        "do_eval",
+        "train_batch_size",
+        "eval_batch_size",
+        "optimizer",
+        "learning_rate",
+        "poly_power",
+        "num_train_steps",
+        "num_warmup_steps",
+        "start_warmup_step",
+        "save_checkpoints_steps",
+        "keep_checkpoint_max",
+        "iterations_per_loop",
+        "max_eval_steps",
+        "init_from_group0",
+        "masked_lm_budget",
+        *_TPU,
+    ],  # fmt: skip
+}
+DEFINERS = {
+    "run_squad_v1": squad.define_squad_flags,
+    "run_squad_v2": squad.define_squad_flags,
+    "run_race": race.define_race_flags,
+    "run_classifier": classification.define_classifier_flags,
+    "run_pretraining": training_flags.define_pretraining_flags,
+}
+
+
+def flag_values_of(script, *args):
+    flag_values = flags.FlagValues()
+    DEFINERS[script](flag_values)
+    flag_values([f"{script}.py", *args])
+    return flag_values
+
+
+@pytest.mark.parametrize("script", sorted(ORIGINAL_FLAGS))
+def test_every_original_flag_is_defined(script):
+    flag_values = flag_values_of(script)
+    missing = [name for name in ORIGINAL_FLAGS[script] if name not in flag_values]
+    assert not missing, missing
+
+
+def test_epochs_and_warmup_proportion_become_steps_as_the_original():
+    flag_values = flag_values_of(
+        "run_squad_v2", "--train_batch_size=16", "--num_train_epochs=2.5",
+        "--warmup_proportion=.3",
+    )  # fmt: skip
+    hyperparameters.steps_from_epochs(flag_values, "squad2.0", lambda: 37)
+    assert flag_values.num_train_steps == int(37 / 16 * 2.5) == 5
+    assert flag_values.num_warmup_steps == int(5 * 0.3) == 1
+    # The batch size from the paper's table (48) when the command line gives none.
+    flag_values = flag_values_of("run_squad_v1", "--num_train_epochs=2")
+    hyperparameters.steps_from_epochs(flag_values, "squad1.1", lambda: 1000)
+    assert flag_values.num_train_steps == int(1000 / 48 * 2)
+    with pytest.raises(FlagError, match="--num_train_epochs or --num_train_steps"):
+        hyperparameters.steps_from_epochs(
+            flag_values_of("run_squad_v1", "--num_train_epochs=2", "--train_step=9"),
+            "squad1.1", lambda: 10,
+        )  # fmt: skip
+    with pytest.raises(FlagError, match="--warmup_proportion must be in"):
+        hyperparameters.steps_from_epochs(
+            flag_values_of("run_squad_v1", "--warmup_proportion=1.5"), "squad1.1", lambda: 10
+        )
+
+
+def test_aliases_of_the_original_names():
+    flag_values = flag_values_of("run_race", "--dropout_prob=0.25", "--num_keep_checkpoint=2")
+    assert flag_values.classifier_dropout_prob == 0.25 and flag_values.keep_checkpoint_max == 2
+    assert flag_values_of("run_squad_v2", "--dropout_prob=0.3").classifier_dropout_prob == 0.3
+
+
+@pytest.mark.parametrize("path, version", [
+    ("models/albert_base_v2/albert_config.json", "v2"), ("albert_xxlarge_v2", "v2"),
+    ("models/albert_base/albert_config.json", "v1"), ("models/v20/config.json", "v1"),
+])  # fmt: skip
+def test_race_defaults_follow_the_model_version(path, version):
+    flag_values = flag_values_of("run_race", f"--albert_config_file={path}")
+    assert race.model_version(flag_values) == version
+    hyperparameters.fill_from_table(flag_values, f"race_{version}")
+    expected = (1e-5, 0.0) if version == "v2" else (2e-5, 0.1)
+    assert (flag_values.learning_rate, flag_values.albert_dropout_prob) == expected
+    explicit = flag_values_of("run_race", f"--albert_config_file={path}", "--model_version=v1")
+    assert race.model_version(explicit) == "v1"
+
+
+def _hub_module(directory):
+    variables = Path(directory) / "variables"
+    variables.mkdir(parents=True)
+    tf.raw_ops.SaveV2(prefix=str(variables / "variables"), tensor_names=["module/x"],
+                      shape_and_slices=[""], tensors=[np.zeros(2, "float32")])  # fmt: skip
+    (Path(directory) / "assets").mkdir()
+    shutil.copy(synthetic.SPM_MODEL, Path(directory) / "assets" / "30k-clean.model")
+    return str(directory)
+
+
+def test_hub_module_folder_and_url(tmp_path):
+    module = _hub_module(tmp_path / "albert_base_3")
+    flag_values = flag_values_of(
+        "run_classifier", f"--albert_hub_module_handle={module}", f"--output_dir={tmp_path}",
+        "--do_train",
+    )  # fmt: skip
+    finetuning_flags.check_finetuning_flags(flag_values)
+    assert flag_values.init_checkpoint == f"{module}/variables/variables"
+    assert flag_values.spm_model_file == f"{module}/assets/30k-clean.model"
+    assert flag_values.albert_config_file is None  # the module holds none
+    (Path(module) / "assets" / "albert_config.json").write_text("{}")
+    finetuning_flags.apply_hub_module(flag_values_of("run_race", f"--output_dir={tmp_path}"))
+    with_config = flag_values_of("run_race", f"--albert_hub_module_handle={module}")
+    finetuning_flags.apply_hub_module(with_config)
+    assert with_config.albert_config_file == f"{module}/assets/albert_config.json"
+    for handle, message in (
+        ("https://tfhub.dev/google/albert_base/3", "is a URL, which is not fetched"),
+        (str(tmp_path), "is not a TF-Hub module directory"),
+    ):
+        with pytest.raises(FlagError, match=message):
+            finetuning_flags.apply_hub_module(
+                flag_values_of("run_squad_v1", f"--albert_hub_module_handle={handle}")
+            )
+    with pytest.raises(FlagError, match="not both"):
+        finetuning_flags.apply_hub_module(flag_values_of(
+            "run_squad_v1", f"--albert_hub_module_handle={module}", "--init_checkpoint=x"))  # fmt: skip
+
+
+def test_feature_file_flags_select_the_cache_directory(tmp_path):
+    flag_values = flag_values_of(
+        "run_squad_v1", f"--train_feature_file={tmp_path / 'a' / 'train.tfrecord'}",
+        f"--predict_feature_left_file={tmp_path / 'b' / 'left.pkl'}",
+    )  # fmt: skip
+    assert finetuning_flags.feature_file_directory(flag_values, ("train_feature_file",)) == str(
+        tmp_path / "a"
+    )
+    predict = ("predict_feature_file", "predict_feature_left_file")
+    assert finetuning_flags.feature_file_directory(flag_values, predict) == str(tmp_path / "b")
+    assert finetuning_flags.feature_file_directory(flag_values, ("predict_feature_file",)) is None
+    bare = flag_values_of("run_race", "--train_file=train.tf_record", "--cached_dir=c")
+    assert finetuning_flags.feature_file_directory(bare, ("train_file",)) == "c"
+
+
+def test_threshold_to_export_is_served_with_the_predictions(tmp_path):
+    config = AlbertConfig(vocab_size=1000, embedding_size=10, hidden_size=18,
+                          num_attention_heads=3, intermediate_size=22, num_hidden_layers=1,
+                          max_position_embeddings=20)  # fmt: skip
+    model = AlbertClassifier(config, 2)
+    export_classifier(model, synthetic.SPM_MODEL, True, 12, ("0", "1"), str(tmp_path / "with"),
+                      sentence_pair=False, threshold=0.625)  # fmt: skip
+    export_classifier(model, synthetic.SPM_MODEL, True, 12, ("0", "1"), str(tmp_path / "none"),
+                      sentence_pair=False)  # fmt: skip
+    serve = tf.saved_model.load(str(tmp_path / "with")).signatures["serving_default"]
+    outputs = serve(sentence_a=tf.constant(["a film", "gold"]))
+    assert float(outputs["threshold"]) == 0.625 and outputs["probabilities"].shape == (2, 2)
+    plain = tf.saved_model.load(str(tmp_path / "none")).signatures["serving_default"]
+    assert "threshold" not in plain.structured_outputs
+    assert np.isnan(flag_values_of("run_classifier").threshold_to_export)
