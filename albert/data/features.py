@@ -175,12 +175,22 @@ def pad_dataset(dataset, num_examples, batch_size):
     Raises:
         FeatureError: the elements have no `is_real_example`.
     """
-    if PADDING_FEATURE_NAME not in dataset.element_spec:
+    return dataset.concatenate(
+        padding_dataset(dataset.element_spec, -num_examples % batch_size)
+    )
+
+
+def padding_dataset(element_spec, count):
+    """`count` zero-valued elements of `element_spec` (a dict holding `is_real_example`,
+    which is 0 in them as every other value).
+
+    Raises:
+        FeatureError: the elements have no `is_real_example`.
+    """
+    if PADDING_FEATURE_NAME not in element_spec:
         raise FeatureError(f"The dataset has no {PADDING_FEATURE_NAME!r} to mark padding with.")
-    num_padding = -num_examples % batch_size
-    zeros = {name: tf.zeros(spec.shape, spec.dtype) for name, spec in dataset.element_spec.items()}
-    padding = tf.data.Dataset.from_tensors(zeros).repeat(num_padding)
-    return dataset.concatenate(padding)
+    zeros = {name: tf.zeros(spec.shape, spec.dtype) for name, spec in element_spec.items()}
+    return tf.data.Dataset.from_tensors(zeros).repeat(count)
 
 
 # --- Cache --------------------------------------------------------------------------
@@ -282,12 +292,18 @@ def write_feature_records(path, features):
     fileio.write_text(schema_path(path), schema_text)
 
 
-def read_feature_records(path):
+def read_feature_records(path, num_shards=1, shard_index=0):
     """A TFRecord file of `write_feature_records` -> (dataset, num_examples).
+
+    Args:
+        path: the records file (its schema beside it).
+        num_shards, shard_index: read every `num_shards`-th record from `shard_index` on
+            (an input host's share), skipped before parsing.
 
     Returns:
         An unbatched `tf.data.Dataset` of dicts (int64 values as int32, which TPUs need and
-        every id fits; floats as float32; shapes as written) and the number of elements.
+        every id fits; floats as float32; shapes as written) and the number of elements in
+        the file (all shards).
 
     Raises:
         FeatureError: the file or its schema is missing.
@@ -305,7 +321,10 @@ def read_feature_records(path):
         example = tf.io.parse_single_example(record, spec)
         return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in example.items()}
 
-    dataset = tf.data.TFRecordDataset(path).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = tf.data.TFRecordDataset(path)
+    if num_shards > 1:
+        dataset = dataset.shard(num_shards, shard_index)
+    dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset, meta["num_examples"]
 
 

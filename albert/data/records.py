@@ -7,6 +7,10 @@ files made by either project are read by both:
     masked_lm_positions, masked_lm_ids                   int64 [max_predictions_per_seq]
     masked_lm_weights                                    float [max_predictions_per_seq]
     next_sentence_labels                                 int64 [1] (the SOP label)
+
+The reader adds `is_real_example` (int32 [B]): 1 for every record, 0 for the padding records
+that give every input pipeline the same number of full eval batches (their
+`masked_lm_weights` are 0 too, so no loss or metric counts them).
 """
 
 from __future__ import annotations
@@ -92,13 +96,28 @@ def parse_examples(serialized, max_seq_length, max_predictions_per_seq):
     """Batch of serialized records [B] -> dict of int32 / float32 tensors.
 
     The original's older files have no `token_boundary`; it is not needed for training, so it
-    is dropped here and records with or without it both parse.
+    is dropped here and records with or without it both parse. `is_real_example` [B] is 1
+    unless the record says otherwise (only `padding_record` does).
     """
     spec = feature_spec(max_seq_length, max_predictions_per_seq)
     del spec["token_boundary"]
+    spec[IS_REAL_EXAMPLE] = tf.io.FixedLenFeature([], tf.int64, default_value=1)
     features = tf.io.parse_example(serialized, spec)
     # int64 is slow or unsupported on TPU; every id fits int32.
     return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in features.items()}
+
+
+IS_REAL_EXAMPLE = "is_real_example"
+
+
+def padding_record(max_seq_length, max_predictions_per_seq):
+    """A serialized record of zeros with `masked_lm_weights` 0 and `is_real_example` 0: it
+    fills the last eval batches of a pipeline without counting in any loss or metric."""
+    example = tf.train.Example.FromString(
+        serialize_instance([], [], [], [], [], 0, max_seq_length, max_predictions_per_seq)
+    )
+    example.features.feature[IS_REAL_EXAMPLE].int64_list.value.append(0)
+    return example.SerializeToString()
 
 
 def expand_file_patterns(patterns):
@@ -160,6 +179,7 @@ def pretraining_dataset(
     input_context=None,
     seed=None,
     num_cpu_threads=4,
+    eval_steps=None,
 ):
     """tf.data over pretraining TFRecords, as the original's input_fn but shardable.
 
@@ -167,7 +187,10 @@ def pretraining_dataset(
     from each in turn (file order reshuffled every pass), through a shuffle buffer of at least
     two steps' worth of records. Evaluation (no shuffle, deterministic) also takes one record
     from each file in turn, so its batches come from every shard rather than from the start of
-    the first one.
+    the first one. With `eval_steps`, the pipeline yields exactly that many steps of full
+    batches for each of its replicas: its records, then `padding_record`s once they run out
+    (or none of them past the last step), so every host runs every eval step with the same
+    static shapes and the metrics count each evaluated record once.
 
     Args:
         input_files: comma-separated globs or a list of file names.
@@ -179,6 +202,8 @@ def pretraining_dataset(
             pipelines (hosts / workers), or records when there are fewer files than pipelines.
         seed: shuffle seed, for reproducible order.
         num_cpu_threads: parallel readers (at most the files read at once).
+        eval_steps: evaluation only: the number of steps to yield batches for (see above);
+            None reads the records once, dropping a last partial batch.
 
     Returns:
         A `tf.data.Dataset` of dicts with the feature names above ([B, T] / [B, P] / [B, 1]).
@@ -213,6 +238,14 @@ def pretraining_dataset(
     )
     if shard_records:
         dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    if eval_steps is not None:
+        if is_training:
+            raise ValueError("`eval_steps` is for evaluation; pass is_training=False.")
+        padding = tf.data.Dataset.from_tensors(
+            padding_record(max_seq_length, max_predictions_per_seq)
+        ).repeat()
+        # [steps x local replicas x per-replica batch] records, padded past the data's end.
+        dataset = dataset.concatenate(padding).take(eval_steps * replicas_per_pipeline * batch_size)
     if is_training:
         # Two steps' worth of this pipeline's records (every local replica's batch).
         buffer_size = max(MIN_SHUFFLE_BUFFER, 2 * batch_size * replicas_per_pipeline)

@@ -89,7 +89,7 @@ class GlueTask(engine.FineTuningTask):
             self.max_seq_length,
             self.cached_dir,
         )
-        return cached.dataset, cached.num_examples
+        return cached.dataset, cached.num_examples, cached.path
 
     # --- Loss and training metrics ---------------------------------------------------
 

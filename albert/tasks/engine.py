@@ -4,7 +4,8 @@ A task (a `FineTuningTask`) supplies what is specific to it:
 
     create_model()                          backbone + task head, from `self.config`
     load_features(role)                     reader + feature conversion (cached TFRecords):
-                                            (unbatched dataset of feature dicts, count)
+                                            (unbatched dataset of feature dicts, count,
+                                            the cache file it was read from or None)
     loss(outputs, features, normalizers)    the loss and the training metric sums
     metric_results(sums)                    training scalars from those sums
     evaluate_predictions(predictions)       eval metrics from every prediction
@@ -26,8 +27,18 @@ the predict pass and the final outputs. `run` does, in order:
     --do_predict  the task's prediction files, from the same weights
     --export_dir  the task's SavedModel, from the same weights
 
-Every evaluation is a full predict pass (`albert.training.predict`) scored by the task on
-the host, so metrics are exact (Spearman, F1, SQuAD) rather than accumulated per batch.
+Every evaluation is a full predict pass (`albert.training.predict`, `--iterations_per_loop`
+batches per host call) scored by the task on the host, so metrics are exact (Spearman, F1,
+SQuAD) rather than accumulated per batch.
+
+Input on several hosts. Every dataset is built inside `dataset_fn`, on the input host that
+calls it (TPUStrategy calls it once per host of a pod slice), from a TFRecord file every host
+can read: the task's feature cache (`--cached_dir`), or, for features a task holds in memory,
+a copy the engine writes under `output_dir/features/` (on GCS for a pod). Host `i` of `n`
+reads records `i, i + n, i + 2n, ...`; for eval and predict it numbers them (`example_index`
+= their position in the file) and pads its share with `is_real_example` 0 rows to the same
+number of full batches as every other host, so the predict pass sees each example exactly
+once and puts them back in file order.
 The weights of the final steps are `model.ckpt-best` in `output_dir`, else its latest
 checkpoint, else `--init_checkpoint` (which must then hold the task head, e.g. an MNLI
 fine-tuning run to predict AX with).
@@ -36,16 +47,20 @@ fine-tuning run to predict AX with).
 from __future__ import annotations
 
 import abc
+import dataclasses
+import hashlib
 import os
+import tempfile
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from albert.data.features import pad_dataset
+from albert.data import features as feature_lib
 from albert.errors import AlbertError
 from albert.metrics import write_eval_results
 from albert.training import checkpointing, loop, predict
-from albert.training.inputs import per_replica_batch_size
+from albert.training.inputs import fit_batch_size, per_replica_batch_size
 from albert.training.run_lock import output_dir_lock
 from albert.training.strategy import is_chief
 from albert.training.task import TrainingTask
@@ -58,8 +73,29 @@ SHUFFLE_BUFFER_SIZE = 10000
 _GLOBAL_STEP_KEY = "global_step/.ATTRIBUTES/VARIABLE_VALUE"
 
 
+# Where the engine writes features a task holds in memory, under the run's output_dir.
+FEATURES_DIR = "features"
+
+
 class FineTuningError(AlbertError):
     """Weights or flags that cannot give the requested fine-tuning result."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureFile:
+    """A role's features as a TFRecord file of `albert.data.features` that every input
+    host reads inside `dataset_fn`.
+
+    Attributes:
+        path: the records file (its JSON schema beside it).
+        num_examples: the records it holds.
+        element_spec: the task's feature dicts (the records hold them flattened; RACE's
+            [C, T] inputs are read back into that shape).
+    """
+
+    path: str
+    num_examples: int
+    element_spec: dict
 
 
 class FineTuningTask(TrainingTask):
@@ -75,7 +111,7 @@ class FineTuningTask(TrainingTask):
         ...     prediction_keys, kept_features = ("logits",), ("label_ids",)
         ...     metric_names, best_metric = ("correct", "real_examples"), "accuracy"
         ...     def create_model(self): return AlbertClassifier(AlbertBackbone(self.config), 2)
-        ...     def load_features(self, role): return my_reader(role)  # (dataset, count)
+        ...     def load_features(self, role): return my_reader(role)  # (dataset, count, path)
         ...     def loss(self, outputs, features, normalizers): ...   # (loss, sums)
         ...     def metric_results(self, sums): ...
         ...     def evaluate_predictions(self, predictions): ...      # {"accuracy": ...}
@@ -86,6 +122,9 @@ class FineTuningTask(TrainingTask):
     model_inputs = ("input_ids", "input_mask", "segment_ids")
     prediction_keys = ()
     kept_features = ()
+    # Where features held in memory are written for the input hosts to read: `run` sets
+    # `output_dir/features`; None (a task used outside `run`): a local temporary directory.
+    feature_dir = None
 
     def __init__(self, config, train_batch_size, eval_batch_size, predict_batch_size,
                  max_seq_length):  # fmt: skip
@@ -103,9 +142,12 @@ class FineTuningTask(TrainingTask):
 
     @abc.abstractmethod
     def load_features(self, role):
-        """(unbatched `tf.data.Dataset` of feature dicts, number of elements) for a role.
+        """(unbatched `tf.data.Dataset` of feature dicts, number of elements, the feature
+        cache file the dataset reads, or None when the features are in memory) for a role.
 
-        Every element holds `is_real_example` (1) and the `model_inputs`."""
+        Every element holds `is_real_example` (1) and the `model_inputs`. The dataset is
+        read on the client only (for its element spec, and to write features held in
+        memory to a file); the input hosts read the file."""
 
     @abc.abstractmethod
     def loss(self, outputs, features, normalizers):
@@ -131,11 +173,29 @@ class FineTuningTask(TrainingTask):
 
     # --- Data ------------------------------------------------------------------------
 
+    @property
+    def eval_batch_size(self):
+        """The global eval batch (`albert.training.loop` may round it up to the replicas)."""
+        return self.batch_sizes[EVAL]
+
+    @eval_batch_size.setter
+    def eval_batch_size(self, value):
+        self.batch_sizes[EVAL] = value
+
     def features(self, role):
-        """`load_features(role)`, loaded once."""
+        """The `FeatureFile` of a role, loaded (and, when in memory, written) once."""
         if role not in self._features:
-            self._features[role] = self.load_features(role)
+            dataset, count, path = self.load_features(role)
+            if path is None:
+                if self.feature_dir is None:
+                    self.feature_dir = tempfile.mkdtemp(prefix="albert_features_")
+                path = write_features_file(dataset, self.feature_dir, role)
+            self._features[role] = FeatureFile(path, count, dataset.element_spec)
         return self._features[role]
+
+    def num_batches(self, role):
+        """Global batches of an inference pass over `role` (the last one padded)."""
+        return -(-self.features(role).num_examples // self.batch_sizes[role])
 
     def read_features(self, train, evaluate, predict):
         """Reads (or tokenizes) every split a run needs, so a bad file fails before training."""
@@ -143,24 +203,52 @@ class FineTuningTask(TrainingTask):
             if wanted:
                 self.features(role)
 
+    def _read(self, role, input_context):
+        """This input pipeline's records of `role`: every n-th from its id on, as the task's
+        feature dicts. Built on the host that calls `dataset_fn`, from the shared file."""
+        source = self.features(role)
+        dataset, _ = feature_lib.read_feature_records(
+            source.path, input_context.num_input_pipelines, input_context.input_pipeline_id
+        )
+        spec = source.element_spec
+
+        def reshape(features):
+            return {
+                name: value if value.shape == spec[name].shape
+                else tf.reshape(value, spec[name].shape)
+                for name, value in features.items()
+            }  # fmt: skip
+
+        return dataset.map(reshape, num_parallel_calls=tf.data.AUTOTUNE)
+
     def train_dataset(self, input_context, seed):
-        dataset, count = self.features(TRAIN)
-        dataset = _shard(dataset, input_context)
+        count = self.features(TRAIN).num_examples
+        dataset = self._read(TRAIN, input_context)
         dataset = dataset.shuffle(min(count, SHUFFLE_BUFFER_SIZE), seed=seed).repeat()
         batch_size = input_context.get_per_replica_batch_size(self.batch_sizes[TRAIN])
         return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
-    def eval_dataset(self, input_context):
-        return self.inference_dataset(EVAL, input_context)
-
     def inference_dataset(self, role, input_context):
-        """Every example of `role` once, numbered, padded to whole global batches, sharded
-        and batched per replica (fixed shapes)."""
-        dataset, count = self.features(role)
+        """This pipeline's share of every example of `role`, numbered by file position and
+        padded (`is_real_example` 0) to `num_batches(role)` global batches' worth, batched
+        per replica: every host yields the same number of full batches (fixed shapes)."""
+        count = self.features(role).num_examples
+        pipelines = input_context.num_input_pipelines
+        pipeline = input_context.input_pipeline_id
         global_batch_size = self.batch_sizes[role]
-        dataset = pad_dataset(predict.add_example_index(dataset), count, global_batch_size)
-        dataset = _shard(dataset, input_context)
         batch_size = input_context.get_per_replica_batch_size(global_batch_size)
+        # The records i, i + n, ... of pipeline i of n, then padding up to its share.
+        real = len(range(pipeline, count, pipelines))
+        share = self.num_batches(role) * global_batch_size // pipelines
+
+        def number(position, features):
+            index = position * pipelines + pipeline
+            return {**features, predict.EXAMPLE_INDEX: tf.cast(index, tf.int32)}
+
+        dataset = self._read(role, input_context).enumerate().map(number)
+        dataset = dataset.concatenate(
+            feature_lib.padding_dataset(dataset.element_spec, share - real)
+        )
         return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
     # --- Loss ------------------------------------------------------------------------
@@ -177,9 +265,9 @@ class FineTuningTask(TrainingTask):
 
     # --- Evaluation and prediction ---------------------------------------------------
 
-    def predict(self, model, strategy, role):
+    def predict(self, model, strategy, role, steps_per_call=1):
         """Predictions of `model` for every example of `role`, as `evaluate_predictions`
-        receives them."""
+        receives them, `steps_per_call` batches per host call."""
         per_replica_batch_size(
             self.batch_sizes[role], strategy.num_replicas_in_sync, f"{role}_batch_size"
         )
@@ -187,7 +275,9 @@ class FineTuningTask(TrainingTask):
         if key not in self._predictors:
             self._predictors[key] = predict.Predictor(strategy, self._predict_step(model))
         outputs = self._predictors[key].predict(
-            lambda context: self.inference_dataset(role, context)
+            lambda context: self.inference_dataset(role, context),
+            num_batches=self.num_batches(role),
+            steps_per_call=steps_per_call,
         )
         return predict.real_examples_in_order(outputs)
 
@@ -202,9 +292,9 @@ class FineTuningTask(TrainingTask):
 
         return step
 
-    def evaluate(self, model, strategy):
+    def evaluate(self, model, strategy, steps_per_call=1):
         """The loop's eval hook: exact metrics from a full predict pass over EVAL."""
-        return self.evaluate_predictions(self.predict(model, strategy, EVAL))
+        return self.evaluate_predictions(self.predict(model, strategy, EVAL, steps_per_call))
 
     # --- Weights ---------------------------------------------------------------------
 
@@ -216,10 +306,29 @@ class FineTuningTask(TrainingTask):
         self.config.to_json_file(os.path.join(output_dir, "albert_config.json"))
 
 
-def _shard(dataset, input_context):
-    if input_context.num_input_pipelines > 1:
-        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-    return dataset
+def write_features_file(dataset, directory, role):
+    """Writes a finite dataset of feature dicts held in memory as a feature file (the cache
+    format of `albert.data.features`) every input host can read; returns its path.
+
+    The name holds a hash of the features (`<role>-<hash>.tfrecord`): a rerun, or another
+    worker, with the same features finds the file and does not write it again.
+    """
+    digest = hashlib.sha256()
+    features = []
+    for element in dataset.as_numpy_iterator():
+        feature = {}
+        for name in sorted(element):
+            value = np.asarray(element[name])
+            digest.update(f"{name}:{value.dtype}:{value.shape}".encode())
+            digest.update(value.tobytes())
+            feature[name] = value.reshape(-1).tolist() if value.ndim else value.item()
+        features.append(feature)
+    path = os.path.join(directory, f"{role}-{digest.hexdigest()[:12]}.tfrecord")
+    complete = tf.io.gfile.exists(path) and tf.io.gfile.exists(feature_lib.schema_path(path))
+    if not (complete and feature_lib.cache_damage(path) is None):
+        feature_lib.write_feature_records(path, features)
+        logging.info("%s features written to %s for the input hosts.", role, path)
+    return path
 
 
 # --- Initial weights ---------------------------------------------------------------------
@@ -326,6 +435,7 @@ def run_with_flags(task, strategy, options, flag_values):
     then the optimizer, predict and export settings come from the shared flags."""
     from albert.training import flags as training_flags
 
+    use_output_dir(task, options.output_dir)
     task.read_features(flag_values.do_train, flag_values.do_eval, flag_values.do_predict)
     return run(
         task,
@@ -350,9 +460,40 @@ def run(task, strategy, options, optimizer_fn, do_predict=False, export_dir=None
 
     Returns:
         The final eval metrics (with `global_step`), or the last ones of training, or {}.
+
+    Raises:
+        InputError: a batch the run uses does not split across the replicas (see
+            `fit_batch_sizes`).
     """
+    use_output_dir(task, options.output_dir)
+    options = fit_batch_sizes(task, strategy.num_replicas_in_sync, options, do_predict)
     with output_dir_lock(options.output_dir, enabled=is_chief(strategy)):
         return _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir)
+
+
+def use_output_dir(task, output_dir):
+    """Features a task holds in memory go to `output_dir/features` (shared by every host)."""
+    if task.feature_dir is None:
+        task.feature_dir = os.path.join(output_dir, FEATURES_DIR)
+
+
+def fit_batch_sizes(task, num_replicas, options, do_predict):
+    """Checks the batches the run uses against the replicas at start-up; eval and predict
+    batches left at their defaults are rounded up to a multiple of them.
+
+    Returns:
+        `options`, with the eval batch used.
+    """
+    sizes = loop.batch_sizes(options, num_replicas)
+    if "eval_batch_size" in sizes:
+        task.eval_batch_size = sizes["eval_batch_size"]
+        options = dataclasses.replace(options, eval_batch_size=sizes["eval_batch_size"])
+    if do_predict:
+        derive = "predict_batch_size" in options.defaulted_batch_flags
+        task.batch_sizes[PREDICT] = fit_batch_size(
+            task.batch_sizes[PREDICT], num_replicas, "predict_batch_size", derive
+        )
+    return options
 
 
 def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
@@ -365,15 +506,16 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
         model = task.create_model()
     path, step = load_final_weights(model, options)
     chief = is_chief(strategy)
+    steps_per_call = options.iterations_per_loop
     if options.do_eval:
-        results = {"global_step": step, **task.evaluate(model, strategy)}
+        results = {"global_step": step, **task.evaluate(model, strategy, steps_per_call)}
         logging.info(
             "Final eval of %s: %s", path, " | ".join(f"{k} {v}" for k, v in results.items())
         )
         if chief:
             write_eval_results(options.output_dir, {**results, "checkpoint": path})
     if do_predict:
-        predictions = task.predict(model, strategy, PREDICT)
+        predictions = task.predict(model, strategy, PREDICT, steps_per_call)
         if chief:
             for written in task.write_predictions(predictions, options.output_dir):
                 logging.info("Predictions written to %s.", written)

@@ -90,7 +90,7 @@ class RaceTask(engine.FineTuningTask):
 
     def load_features(self, role):
         data = self.race_features(role)
-        return data.dataset, data.num_examples
+        return data.dataset, data.num_examples, data.path
 
     # --- Loss and training metrics ---------------------------------------------------
 

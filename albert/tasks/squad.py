@@ -129,7 +129,7 @@ class SquadTask(engine.FineTuningTask):
 
     def load_features(self, role):
         data = self.squad_features(role)
-        return data.dataset, data.num_features
+        return data.dataset, data.num_features, data.path
 
     # --- Loss and training metrics ---------------------------------------------------
 

@@ -340,6 +340,12 @@ def run_options_from_flags(flag_values, **overrides):
         init_checkpoint=flag_values.init_checkpoint,
         seed=flag_values.random_seed,
         jit_compile=hardware_choice_from_flags(flag_values).jit_compile,
+        # Left at their defaults, these fit the replica count (albert.training.loop).
+        defaulted_batch_flags=tuple(
+            name
+            for name in ("eval_batch_size", "predict_batch_size")
+            if name in flag_values and not flag_values[name].present
+        ),
     )
     values.update(overrides)
     return RunOptions(**values)

@@ -15,6 +15,7 @@ Two ways to run it:
 from __future__ import annotations
 
 import tensorflow as tf
+from absl import logging
 
 from albert.errors import AlbertError
 from albert.training.strategy import worker_info
@@ -36,6 +37,37 @@ def per_replica_batch_size(global_batch_size, num_replicas, flag="train_batch_si
             f"replicas ({num_replicas}); it is the global batch, split evenly across them."
         )
     return global_batch_size // num_replicas
+
+
+def fit_batch_size(global_batch_size, num_replicas, flag, derive=False):
+    """The global eval or predict batch for `num_replicas` replicas.
+
+    A batch size the user gave must divide evenly (`per_replica_batch_size`). One left at
+    its default (`derive`) is rounded up to the next multiple of the replicas instead, with a
+    log line, so the defaults (eval 64 for pretraining, 8 for fine-tuning) run on a pod slice
+    of 128 to 512 replicas.
+
+    Args:
+        global_batch_size: the flag's value.
+        num_replicas: `strategy.num_replicas_in_sync`.
+        flag: the flag's name, for the message.
+        derive: the flag was left at its default: round up rather than refuse.
+
+    Returns:
+        The global batch to use (a positive multiple of `num_replicas`).
+
+    Raises:
+        InputError: a given batch that does not divide evenly, or one that is not positive.
+    """
+    if derive and global_batch_size > 0 and global_batch_size % num_replicas:
+        fitted = -(-global_batch_size // num_replicas) * num_replicas
+        logging.info(
+            "--%s=%d (the default) does not divide by %d replicas: using %d, one example "
+            "per replica or more.", flag, global_batch_size, num_replicas, fitted,
+        )  # fmt: skip
+        return fitted
+    per_replica_batch_size(global_batch_size, num_replicas, flag)
+    return global_batch_size
 
 
 class DistributedInput:

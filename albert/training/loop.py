@@ -24,7 +24,7 @@ from absl import logging
 
 from albert.training import checkpointing
 from albert.training import strategy as strategy_lib
-from albert.training.inputs import DistributedInput, InputError, per_replica_batch_size
+from albert.training.inputs import DistributedInput, fit_batch_size, per_replica_batch_size
 from albert.training.run_lock import output_dir_lock
 from albert.training.steps import Trainer
 from albert.training.summaries import ProgressLogger, ScalarWriter
@@ -50,6 +50,9 @@ class RunOptions:
     jit_compile: bool = False
     # Feed from a saveable iterator (exact resume); None: every strategy but TPU.
     checkpoint_input: bool | None = None
+    # Batch-size flags left at their defaults: rounded up to a multiple of the replicas
+    # instead of refused (`albert.training.inputs.fit_batch_size`).
+    defaulted_batch_flags: tuple = ()
 
 
 @dataclasses.dataclass
@@ -84,12 +87,44 @@ def run(task, strategy, options, optimizer_fn):
         optimizer_fn: `optimizer_fn(global_step) -> (optimizer, schedule)`, an optimizer that
             leaves gradient aggregation to the loop (`aggregate_gradients=False`).
     """
-    per_replica_batch_size(options.train_batch_size, strategy.num_replicas_in_sync)
-    per_replica_batch_size(
-        options.eval_batch_size, strategy.num_replicas_in_sync, "eval_batch_size"
-    )
+    sizes = batch_sizes(options, strategy.num_replicas_in_sync)
+    if "eval_batch_size" in sizes:
+        task.eval_batch_size = sizes["eval_batch_size"]
+        options = dataclasses.replace(options, eval_batch_size=sizes["eval_batch_size"])
     with output_dir_lock(options.output_dir, enabled=strategy_lib.is_chief(strategy)):
         return _run_locked(task, strategy, options, optimizer_fn)
+
+
+def batch_sizes(options, num_replicas):
+    """The global batches a run uses, checked against the replica count at start-up.
+
+    Training needs `--train_batch_size` to split evenly across the replicas; evaluation
+    `--eval_batch_size`, rounded up instead when it was left at its default
+    (`options.defaulted_batch_flags`, see `inputs.fit_batch_size`). A batch the run does not
+    use is not checked, so a pod slice of 512 replicas trains with the default eval batch.
+
+    Args:
+        options: `RunOptions`.
+        num_replicas: `strategy.num_replicas_in_sync`.
+
+    Returns:
+        dict of flag name -> global batch, for `train_batch_size` (with `do_train`) and
+        `eval_batch_size` (with `do_eval`).
+
+    Raises:
+        InputError: a batch the run uses that does not split evenly, in one sentence
+            naming the flag.
+    """
+    sizes = {}
+    if options.do_train:
+        per_replica_batch_size(options.train_batch_size, num_replicas)
+        sizes["train_batch_size"] = options.train_batch_size
+    if options.do_eval:
+        derive = "eval_batch_size" in options.defaulted_batch_flags
+        sizes["eval_batch_size"] = fit_batch_size(
+            options.eval_batch_size, num_replicas, "eval_batch_size", derive
+        )
+    return sizes
 
 
 def _run_locked(task, strategy, options, optimizer_fn):
@@ -259,18 +294,20 @@ def _evaluate(state, checkpoint_path=None):
     """Evaluates the current weights; writes eval_results.txt and keeps the best checkpoint."""
     options, task = state.options, state.task
     # A task whose metrics need every prediction computes them itself (`TrainingTask.evaluate`).
-    metrics = task.evaluate(state.model, state.strategy)
+    metrics = task.evaluate(state.model, state.strategy, options.iterations_per_loop)
     batches = "every example"
     if metrics is None:
-        dataset = state.strategy.distribute_datasets_from_function(task.eval_dataset)
-        sums = state.trainer.evaluate(iter(dataset), options.max_eval_steps)
-        if not sums["steps"]:
-            raise InputError(
-                f"The eval data holds fewer than --eval_batch_size={options.eval_batch_size} "
-                "examples per input pipeline; lower the batch size or add data."
-            )
+        # Every input pipeline yields exactly max_eval_steps full batches (padded with
+        # weight-0 examples when its data runs out), so every replica runs every step.
+        num_steps = options.max_eval_steps
+        dataset = state.strategy.distribute_datasets_from_function(
+            lambda context: task.eval_dataset(context, num_steps)
+        )
+        sums = state.trainer.evaluate(iter(dataset), num_steps)
         metrics = task.metric_results(sums)
-        metrics["loss"] = sums["loss"] / sums["steps"]
+        # A task whose padding leaves some steps without real examples gives its exact
+        # loss itself; otherwise the mean of the steps' losses.
+        metrics.setdefault("loss", sums["loss"] / sums["steps"])
         batches = f"{int(sums['steps'])} batches"
     step = state.step
     logging.info(

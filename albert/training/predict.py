@@ -3,14 +3,19 @@
 Fine-tuning metrics that need every prediction (Spearman's rank correlation, SQuAD's EM/F1
 after post-processing) and every prediction file come from here. The data must arrive in
 fixed-shape batches (TPUs need them), so the caller pads the split to a whole number of
-global batches with `albert.data.features.pad_dataset` and numbers the examples:
+global batches, every input pipeline the same number of them, and numbers the examples
+(`albert.data.features.pad_dataset` and `add_example_index` on one pipeline; the fine-tuning
+engine's `inference_dataset` on several hosts):
 
     dataset_fn(context) -> per-replica batches holding `example_index` and `is_real_example`
-    Predictor(strategy, step_fn).predict(dataset_fn)  -> numpy arrays, one row per example
+    Predictor(strategy, step_fn).predict(dataset_fn, num_batches, steps_per_call)
+                                                      -> numpy arrays, one row per example
     real_examples_in_order(outputs)                   -> padding dropped, file order restored
 
-Replicas (and workers) each see a share of every global batch, so the rows come back
-grouped by replica; `example_index` puts them back in order whatever the strategy.
+As training does, one host call runs up to `steps_per_call` batches in an in-graph loop and
+returns their outputs stacked (on TPU each call is a round trip to the hosts). Replicas (and
+workers) each see a share of every global batch, so the rows come back grouped by replica;
+`example_index` puts them back in order whatever the strategy.
 """
 
 from __future__ import annotations
@@ -54,19 +59,52 @@ class Predictor:
     def __init__(self, strategy, step_fn):
         self.strategy = strategy
         self.step_fn = step_fn
-        self._step = tf.function(self._step_fn)
+        self._outputs = None  # output name -> (dtype, rank), from a trace of one step
+        self._loop = tf.function(self._loop_fn)
 
     def _step_fn(self, batch):
         outputs = self.strategy.run(self.step_fn, args=(batch,))
         # Concatenated in replica order (across workers too): [global batch, ...].
-        return tf.nest.map_structure(lambda value: self.strategy.gather(value, axis=0), outputs)
+        return {name: self.strategy.gather(value, axis=0) for name, value in outputs.items()}
 
-    def predict(self, dataset_fn):
+    def _loop_fn(self, iterator, num_steps):
+        """Up to `num_steps` batches (fewer when the data ends) in one host call.
+
+        Returns:
+            (batches run, dict of name -> [batches run, global batch, ...]).
+        """
+        arrays = {
+            name: tf.TensorArray(dtype, size=0, dynamic_size=True)
+            for name, (dtype, _) in self._outputs.items()
+        }
+        steps = tf.constant(0, tf.int32)
+        for _ in tf.range(num_steps):
+            batch = iterator.get_next_as_optional()
+            if not batch.has_value():
+                break
+            outputs = self._step_fn(batch.get_value())
+            arrays = {name: arrays[name].write(steps, outputs[name]) for name in arrays}
+            steps += 1
+        # An empty list of unknown element shape (a call past the data's end) cannot stack.
+        stacked = {
+            name: tf.cond(
+                steps > 0,
+                array.stack,
+                lambda name=name: tf.zeros([0] * (self._outputs[name][1] + 1), arrays[name].dtype),
+            )
+            for name, array in arrays.items()
+        }
+        return steps, stacked
+
+    def predict(self, dataset_fn, num_batches=None, steps_per_call=1):
         """The outputs of every batch of `dataset_fn`'s finite dataset.
 
         Args:
             dataset_fn: `dataset_fn(input_context) -> tf.data.Dataset` of per-replica batches
                 of fixed shape (padded; see the module doc).
+            num_batches: the global batches the dataset holds, when known: no host call
+                then asks for a batch past the end. None: until the data ends.
+            steps_per_call: batches per host call (`--iterations_per_loop`).
 
         Returns:
             dict of name -> numpy array, batches concatenated on the first axis.
@@ -74,13 +112,34 @@ class Predictor:
         Raises:
             PredictError: the dataset yields no batch.
         """
-        dataset = self.strategy.distribute_datasets_from_function(dataset_fn)
+        iterator = iter(self.strategy.distribute_datasets_from_function(dataset_fn))
+        if self._outputs is None:
+            # The distributed element spec is a valid signature: one step traced, not run.
+            step = tf.function(self._step_fn).get_concrete_function(iterator.element_spec)
+            self._outputs = {
+                name: (t.dtype, t.shape.rank) for name, t in step.structured_outputs.items()
+            }
         chunks = []
-        for batch in dataset:
-            chunks.append(tf.nest.map_structure(lambda t: t.numpy(), self._step(batch)))
+        remaining = num_batches
+        while remaining is None or remaining > 0:
+            wanted = steps_per_call if remaining is None else min(steps_per_call, remaining)
+            steps, outputs = self._loop(iterator, tf.constant(wanted, tf.int32))
+            steps = int(steps)
+            if steps:
+                chunks.append({name: value.numpy() for name, value in outputs.items()})
+            if remaining is not None:
+                remaining -= steps
+            if steps < wanted:
+                break
         if not chunks:
             raise PredictError("The dataset to predict on holds no batch; is the split empty?")
-        return {name: np.concatenate([chunk[name] for chunk in chunks]) for name in chunks[0]}
+        # [calls x steps, global batch, ...] -> [rows, ...]
+        return {
+            name: np.concatenate([chunk[name] for chunk in chunks]).reshape(
+                (-1, *chunks[0][name].shape[2:])
+            )
+            for name in chunks[0]
+        }
 
 
 def real_examples_in_order(outputs):

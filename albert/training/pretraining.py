@@ -1,14 +1,17 @@
 """The pretraining job: masked LM + sentence order, losses and metrics as the original.
 
     masked_lm_loss          = sum(w * CE) / (sum(w) + 1e-5)   over the masked positions
-    sentence_order_loss     = mean CE over the examples
+    sentence_order_loss     = mean CE over the (real) examples
     loss                    = masked_lm_loss + sentence_order_loss
 
 Both are over the GLOBAL batch: each replica divides its local numerator by the global
 denominator (summed across replicas by the loop), so the gradients summed across replicas are
 those of one device with the whole batch. Metrics (`masked_lm_accuracy`, `masked_lm_loss`,
 `sentence_order_accuracy`, `sentence_order_loss`) are weighted by `masked_lm_weights` as the
-original's `tf.metrics` calls are.
+original's `tf.metrics` calls are; the sentence-order ones by `is_real_example`, which is 0
+only for the padding records that fill the last eval batches (`albert.data.records`), so
+evaluation over padded batches counts each real record once. Eval `loss` is
+`masked_lm_loss + sentence_order_loss` over the whole eval set.
 """
 
 from __future__ import annotations
@@ -45,9 +48,11 @@ def pretraining_loss(mlm_logits, sop_logits, features, normalizers):
     Args:
         mlm_logits: float32 [B, P, V].
         sop_logits: float32 [B, 2].
-        features: dict with `masked_lm_ids` [B, P], `masked_lm_weights` [B, P] and
-            `next_sentence_labels` [B, 1] (the SOP label).
-        normalizers: `masked_lm_weight` and `examples`, summed over the global batch.
+        features: dict with `masked_lm_ids` [B, P], `masked_lm_weights` [B, P],
+            `next_sentence_labels` [B, 1] (the SOP label) and optionally
+            `is_real_example` [B] (0 for padding rows; every row is real without it).
+        normalizers: `masked_lm_weight` and `examples` (real ones), summed over the global
+            batch.
 
     Returns:
         (loss, sums): the scalar whose sum over replicas is the global-batch loss, and a dict
@@ -61,9 +66,11 @@ def pretraining_loss(mlm_logits, sop_logits, features, normalizers):
     mlm_hits = tf.cast(tf.equal(tf.argmax(mlm_logits, -1, output_type=tf.int32), ids), tf.float32)
 
     labels = tf.cast(tf.reshape(features["next_sentence_labels"], [-1]), tf.int32)  # [B]
-    sop_ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=sop_logits)
-    sop_loss = tf.reduce_sum(sop_ce) / normalizers["examples"]
-    sop_hits = tf.cast(
+    real = _real_examples(features)  # [B]
+    sop_ce = real * tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=sop_logits)
+    # A global batch of padding only (the end of an eval set) has no example: loss 0.
+    sop_loss = tf.reduce_sum(sop_ce) / tf.maximum(normalizers["examples"], 1.0)
+    sop_hits = real * tf.cast(
         tf.equal(tf.argmax(sop_logits, -1, output_type=tf.int32), labels), tf.float32
     )
 
@@ -73,9 +80,17 @@ def pretraining_loss(mlm_logits, sop_logits, features, normalizers):
         "masked_lm_weight": tf.reduce_sum(weights),
         "sentence_order_loss_sum": tf.reduce_sum(sop_ce),
         "sentence_order_correct": tf.reduce_sum(sop_hits),
-        "sentence_order_examples": tf.cast(tf.size(labels), tf.float32),
+        "sentence_order_examples": tf.reduce_sum(real),
     }
     return mlm_loss + sop_loss, sums
+
+
+def _real_examples(features):
+    """float32 [B]: `is_real_example`, or ones for a batch that has none (every row real)."""
+    real = features.get("is_real_example")
+    if real is None:
+        return tf.ones(tf.shape(features["next_sentence_labels"])[:1], tf.float32)
+    return tf.cast(real, tf.float32)
 
 
 def pretraining_metrics(sums):
@@ -84,12 +99,14 @@ def pretraining_metrics(sums):
     def ratio(numerator, denominator):
         return sums[numerator] / sums[denominator] if sums[denominator] else 0.0
 
-    return {
+    metrics = {
         "masked_lm_accuracy": ratio("masked_lm_correct", "masked_lm_weight"),
         "masked_lm_loss": ratio("masked_lm_loss_sum", "masked_lm_weight"),
         "sentence_order_accuracy": ratio("sentence_order_correct", "sentence_order_examples"),
         "sentence_order_loss": ratio("sentence_order_loss_sum", "sentence_order_examples"),
     }
+    metrics["loss"] = metrics["masked_lm_loss"] + metrics["sentence_order_loss"]
+    return metrics
 
 
 class PretrainingTask(TrainingTask):
@@ -137,7 +154,8 @@ class PretrainingTask(TrainingTask):
     def create_model(self):
         return AlbertPretrainer(self.config)
 
-    def _dataset(self, files, global_batch_size, input_context, is_training, seed=None):
+    def _dataset(self, files, global_batch_size, input_context, is_training, seed=None,
+                 eval_steps=None):  # fmt: skip
         return records.pretraining_dataset(
             files,
             input_context.get_per_replica_batch_size(global_batch_size),
@@ -146,19 +164,22 @@ class PretrainingTask(TrainingTask):
             is_training=is_training,
             input_context=input_context,
             seed=seed,
+            eval_steps=eval_steps,
         )
 
     def train_dataset(self, input_context, seed):
         return self._dataset(self.input_files, self.train_batch_size, input_context, True, seed)
 
-    def eval_dataset(self, input_context):
-        return self._dataset(self.eval_files, self.eval_batch_size, input_context, False)
+    def eval_dataset(self, input_context, num_steps):
+        return self._dataset(
+            self.eval_files, self.eval_batch_size, input_context, False, eval_steps=num_steps
+        )
 
     def loss_normalizers(self, features):
         weights = tf.cast(features["masked_lm_weights"], tf.float32)
         return {
             "masked_lm_weight": tf.reduce_sum(weights),
-            "examples": tf.cast(tf.shape(weights)[0], tf.float32),
+            "examples": tf.reduce_sum(_real_examples(features)),
         }
 
     def compute_loss(self, model, features, normalizers, training):

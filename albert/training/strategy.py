@@ -7,6 +7,15 @@
 
 Every strategy runs the same training code: the loop only uses `strategy.run`, replica-context
 all-reduces and `InputContext` sharding, which all of them implement.
+
+Who writes. MultiWorkerMirroredStrategy runs one process per worker; its chief (worker 0)
+writes checkpoints, summaries and results, the others write into temporary directories.
+TPUStrategy on a pod slice is driven by ONE client process (TensorFlow's single-client
+model: the client places the steps and the input pipelines on every host of the slice), so
+that process is the chief. Started on every host of a slice (`--worker=all`), each process
+would drive the whole slice and write into the same output_dir: `create_strategy` refuses to
+start on any host but worker 0, and refuses `--tpu_name=local` on a slice of several hosts
+(it would drive that VM's chips only), when the TPU VM says which host it is.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ import json
 import os
 import shutil
 import tempfile
+import urllib.request
 
 import keras
 import tensorflow as tf
@@ -84,6 +94,7 @@ def create_strategy(name, tpu_name=None, tpu_zone=None, gcp_project=None, master
         StrategyError: multi_worker without TF_CONFIG, or an unknown name.
     """
     if name == "tpu":
+        check_tpu_client(tpu_name or master or "")
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
             tpu=tpu_name or master or "", zone=tpu_zone, project=gcp_project
         )
@@ -103,6 +114,65 @@ def create_strategy(name, tpu_name=None, tpu_zone=None, gcp_project=None, master
     if name == "default":
         return tf.distribute.get_strategy()
     raise StrategyError(f"`strategy` must be one of {', '.join(STRATEGIES)}. Received: {name!r}")
+
+
+_METADATA_URL = "http://metadata.google.internal/computeMetadata/v1/instance/attributes/"
+
+
+def _gce_metadata(key):
+    """A TPU VM's metadata attribute (as JAX reads it), or None off Google Cloud."""
+    if os.environ.get("TPU_SKIP_MDS_QUERY") is not None:
+        return None
+    request = urllib.request.Request(_METADATA_URL + key, headers={"Metadata-Flavor": "Google"})
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:
+            return response.read().decode()
+    except (OSError, ValueError):
+        return None
+
+
+def tpu_slice_position():
+    """(this VM's host index in its TPU slice, number of hosts), or None when unknown.
+
+    From `TPU_WORKER_ID` and `TPU_WORKER_HOSTNAMES` when set (GKE, and what the TPU
+    runtime reads), else the TPU VM's metadata (`agent-worker-number`,
+    `worker-network-endpoints`).
+    """
+    index = os.environ.get("TPU_WORKER_ID")
+    hosts = os.environ.get("TPU_WORKER_HOSTNAMES")
+    if index is None:
+        index = _gce_metadata("agent-worker-number")
+        hosts = _gce_metadata("worker-network-endpoints") if index is not None else None
+    if index is None or not index.strip().isdigit():
+        return None
+    num_hosts = len([h for h in (hosts or "").split(",") if h.strip()]) or 1
+    return int(index), num_hosts
+
+
+def check_tpu_client(tpu):
+    """Refuses to start a TPU run that is not the slice's one client (see the module doc).
+
+    Args:
+        tpu: `--tpu_name` (or `--master`): a TPU name, a gRPC address, "local" or "".
+
+    Raises:
+        StrategyError: this is not worker 0 of its slice, or `local` on a multi-host slice.
+    """
+    position = tpu_slice_position()
+    if position is None:
+        return
+    index, num_hosts = position
+    if index > 0:
+        raise StrategyError(
+            f"This is host {index} of a {num_hosts}-host TPU slice, but TensorFlow drives a "
+            "slice from one client process: run the command on worker 0 only (gcloud "
+            "compute tpus tpu-vm ssh $TPU_NAME --worker=0), not on every worker."
+        )
+    if tpu == "local" and num_hosts > 1:
+        raise StrategyError(
+            f"--tpu_name=local drives this VM's TPU chips only, but the slice has {num_hosts} "
+            "hosts; pass --tpu_name=<the TPU's name> so that this client drives all of them."
+        )
 
 
 def set_precision(mixed_precision, strategy_name):
@@ -128,7 +198,11 @@ def set_precision(mixed_precision, strategy_name):
 
 
 def worker_info(strategy):
-    """(task index among the training workers, number of workers, whether this is the chief)."""
+    """(task index among the training workers, number of workers, whether this is the chief).
+
+    Only MultiWorkerMirroredStrategy has several worker processes; under every other
+    strategy, TPUStrategy on a pod slice included, the one process is the chief.
+    """
     resolver = getattr(strategy, "cluster_resolver", None)
     task_type = getattr(resolver, "task_type", None)
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or task_type is None:

@@ -23,6 +23,14 @@ class TrainingTask(abc.ABC):
         best_metric: metric whose highest value marks the best checkpoint, or None.
         tokens_per_example: tokens one example holds (for the tokens/s summary).
         logged_metrics: metrics shown on the console progress line.
+        eval_batch_size: the global eval batch; the loop sets it to the batch it checked
+            against the replicas (rounded up when the flag was left at its default).
+
+    A task evaluated by the loop's eval steps (the default `evaluate`) supplies
+    `eval_dataset(input_context, num_steps)`: for every input pipeline, exactly `num_steps`
+    full per-replica batches for each of its replicas, padded with examples that weigh 0
+    in the task's sums when the data runs out, so every replica of every host runs every
+    step with a full batch (TPU needs static shapes and equal step counts).
     """
 
     metric_names: tuple = ()
@@ -60,11 +68,12 @@ class TrainingTask(abc.ABC):
 
         checkpointing.copy_checkpoint(checkpoint_path, best_prefix)
 
-    def evaluate(self, model, strategy):
+    def evaluate(self, model, strategy, steps_per_call=1):
         """Eval metrics the task computes itself, or None (the default) for the loop's eval
         steps over `eval_dataset`. Tasks whose metrics need every prediction (Spearman's
-        correlation, SQuAD's F1) override it."""
-        del model, strategy
+        correlation, SQuAD's F1) override it, running up to `steps_per_call` batches per
+        host call (`--iterations_per_loop`)."""
+        del model, strategy, steps_per_call
         return None
 
     def export(self, model, output_dir):

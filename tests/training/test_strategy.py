@@ -59,3 +59,105 @@ def test_global_batch_must_split_evenly():
         per_replica_batch_size(10, 4)
     with pytest.raises(InputError, match="eval_batch_size"):
         per_replica_batch_size(0, 1, "eval_batch_size")
+
+
+# --- Pod slices: the README's command passes its start-up checks -------------------------
+
+README_POD_COMMAND = [
+    "run_pretraining.py", "--use_tpu", "--tpu_name=my-pod", "--tpu_zone=us-central2-b",
+    "--gcp_project=proj", "--albert_config_file=albert_base_v2",
+    "--input_file=gs://bucket/data/part-*", "--output_dir=gs://bucket/albert_base",
+    "--do_train", "--train_batch_size=4096", "--max_seq_length=512",
+    "--iterations_per_loop=1000",
+]  # fmt: skip
+
+
+def _pod_options(*extra):
+    from absl import flags
+
+    from albert.training import flags as flags_lib
+
+    flag_values = flags.FlagValues()
+    flags_lib.define_pretraining_flags(flag_values)
+    flag_values([*README_POD_COMMAND, *extra])
+    return flags_lib.run_options_from_flags(flag_values)
+
+
+@pytest.mark.parametrize("replicas", [128, 256, 512])
+def test_the_readme_pod_command_passes_its_batch_checks(replicas):
+    from albert.training.loop import batch_sizes
+
+    # Training only: the default --eval_batch_size=64 is not checked at all.
+    assert batch_sizes(_pod_options(), replicas) == {"train_batch_size": 4096}
+    # With --do_eval the default eval batch is rounded up to one example per replica.
+    sizes = batch_sizes(_pod_options("--do_eval"), replicas)
+    assert sizes == {"train_batch_size": 4096, "eval_batch_size": replicas}
+    # A batch the user gave is never changed: it divides, or the run stops in one sentence.
+    assert batch_sizes(_pod_options("--do_eval", "--eval_batch_size=1024"), replicas) == {
+        "train_batch_size": 4096,
+        "eval_batch_size": 1024,
+    }
+    with pytest.raises(InputError, match=r"^--eval_batch_size=64 must be a positive multiple"):
+        batch_sizes(_pod_options("--do_eval", "--eval_batch_size=64"), replicas)
+    with pytest.raises(InputError, match=r"^--train_batch_size=4000 must be"):
+        batch_sizes(_pod_options("--train_batch_size=4000"), replicas)
+
+
+def test_fine_tuning_defaults_fit_a_pod_and_given_batches_are_checked():
+    import dataclasses
+
+    from albert.tasks import engine
+    from albert.training.loop import RunOptions
+
+    class Task(engine.FineTuningTask):
+        def create_model(self): ...
+        def load_features(self, role): ...
+        def loss(self, outputs, features, normalizers): ...
+        def evaluate_predictions(self, predictions): ...
+        def write_predictions(self, predictions, output_dir): ...
+
+    options = RunOptions(
+        output_dir="gs://b/out", num_train_steps=10, train_batch_size=1024, eval_batch_size=8,
+        do_eval=True, defaulted_batch_flags=("eval_batch_size", "predict_batch_size"),
+    )  # fmt: skip
+    task = Task(None, 1024, 8, 8, 128)
+    fitted = engine.fit_batch_sizes(task, 128, options, do_predict=True)
+    assert fitted.eval_batch_size == 128 and task.batch_sizes == {
+        engine.TRAIN: 1024, engine.EVAL: 128, engine.PREDICT: 128
+    }  # fmt: skip
+    given = dataclasses.replace(options, defaulted_batch_flags=("eval_batch_size",))
+    with pytest.raises(InputError, match=r"^--predict_batch_size=8 must be a positive multiple"):
+        engine.fit_batch_sizes(Task(None, 1024, 8, 8, 128), 128, given, do_predict=True)
+
+
+# --- TPU: one client drives the slice ----------------------------------------------------
+
+
+def test_a_tpu_run_starts_only_as_the_slice_s_one_client(monkeypatch):
+    monkeypatch.setattr(strategy_lib, "_gce_metadata", lambda key: None)
+    monkeypatch.delenv("TPU_WORKER_ID", raising=False)
+    monkeypatch.delenv("TPU_WORKER_HOSTNAMES", raising=False)
+    strategy_lib.check_tpu_client("my-pod")  # not on a TPU VM: nothing to check
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "h0,h1,h2,h3")
+    monkeypatch.setenv("TPU_WORKER_ID", "0")
+    strategy_lib.check_tpu_client("my-pod")  # worker 0 driving the named slice
+    with pytest.raises(strategy_lib.StrategyError, match="--tpu_name=local drives this VM"):
+        strategy_lib.check_tpu_client("local")
+    monkeypatch.setenv("TPU_WORKER_ID", "2")
+    with pytest.raises(strategy_lib.StrategyError) as error:
+        strategy_lib.check_tpu_client("my-pod")
+    assert str(error.value).startswith("This is host 2 of a 4-host TPU slice")
+    assert "--worker=0" in str(error.value)
+    # A single-host TPU VM (v3-8, v4-8) may use local.
+    monkeypatch.setenv("TPU_WORKER_ID", "0")
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "h0")
+    strategy_lib.check_tpu_client("local")
+
+
+def test_the_tpu_vm_metadata_names_the_host(monkeypatch):
+    monkeypatch.delenv("TPU_WORKER_ID", raising=False)
+    metadata = {"agent-worker-number": "1", "worker-network-endpoints": "a:10.0.0.1,b:10.0.0.2"}
+    monkeypatch.setattr(strategy_lib, "_gce_metadata", metadata.get)
+    assert strategy_lib.tpu_slice_position() == (1, 2)
+    with pytest.raises(strategy_lib.StrategyError, match="host 1 of a 2-host"):
+        strategy_lib.create_strategy("tpu", tpu_name="my-pod")
