@@ -25,12 +25,14 @@ tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 import test_predict
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-print(json.dumps(test_predict.predict_numbers(strategy)))
+print(json.dumps([test_predict.predict_numbers(strategy),
+                  test_predict.predict_numbers(strategy, steps_per_call=2, num_batches=3)]))
 """
 
 
-def predict_numbers(strategy):
-    """Predicts x * 2 for x = 1, 11, 21, ... under `strategy`; returns lists for JSON."""
+def predict_numbers(strategy, steps_per_call=1, num_batches=None):
+    """Predicts x * 2 for x = 1, 11, 21, ... under `strategy`, `steps_per_call` batches per
+    host call; returns lists for JSON."""
     values = tf.range(NUM_EXAMPLES, dtype=tf.float32) * 10.0 + 1.0
 
     def dataset_fn(context):
@@ -49,9 +51,14 @@ def predict_numbers(strategy):
             "is_real_example": features["is_real_example"],
         }
 
-    raw = predict.Predictor(strategy, step).predict(dataset_fn)
+    predictor = predict.Predictor(strategy, step)
+    host_calls = []
+    loop = predictor._loop
+    predictor._loop = lambda iterator, n: host_calls.append(int(n)) or loop(iterator, n)
+    raw = predictor.predict(dataset_fn, num_batches=num_batches, steps_per_call=steps_per_call)
     ordered = predict.real_examples_in_order(raw)
     return {
+        "host_calls": host_calls,
         "raw_rows": len(raw["double"]),
         "double": ordered["double"].tolist(),
         "index": ordered["example_index"].tolist(),
@@ -59,7 +66,9 @@ def predict_numbers(strategy):
     }
 
 
-def _check(out, replicas):
+def _check(out, replicas, host_calls=(1, 1, 1, 1)):
+    # Batches asked for per host call: the last call of an unknown count finds the end.
+    assert out["host_calls"] == list(host_calls)
     assert out["raw_rows"] == 12  # padded to whole global batches
     assert out["index"] == list(range(NUM_EXAMPLES))
     assert out["double"] == [(10.0 * i + 1.0) * 2.0 for i in range(NUM_EXAMPLES)]
@@ -76,7 +85,17 @@ def test_every_example_once_in_order_on_two_replicas():
     result = subprocess.run([sys.executable, "-c", _MIRRORED_SCRIPT], capture_output=True,
                             text=True, timeout=120, env=env)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    _check(json.loads(result.stdout.strip().splitlines()[-1]), [0, 1])
+    one_per_call, two_per_call = json.loads(result.stdout.strip().splitlines()[-1])
+    _check(one_per_call, [0, 1])
+    _check(two_per_call, [0, 1], host_calls=(2, 1))
+
+
+def test_several_batches_per_host_call_give_the_same_predictions():
+    strategy = tf.distribute.get_strategy()
+    # 3 global batches: 2 + 1 when the count is known; 2 + 2 (one short: the end) when not.
+    _check(predict_numbers(strategy, steps_per_call=2, num_batches=3), [0], host_calls=(2, 1))
+    _check(predict_numbers(strategy, steps_per_call=2), [0], host_calls=(2, 2))
+    _check(predict_numbers(strategy, steps_per_call=1000, num_batches=3), [0], host_calls=(3,))
 
 
 def test_real_examples_in_order_drops_padding_and_sorts():
