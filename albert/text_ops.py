@@ -12,7 +12,9 @@ SentencePiece model, but runs inside a graph, so a SavedModel can take raw strin
   for NUL characters.
 - `tokenize` runs `tf_text.SentencepieceTokenizer`, then applies the digit-comma rule of
   `encode_pieces` on the ragged pieces: matching pieces are encoded again without the comma
-  and spliced back in place.
+  and spliced back in place. Last, every run of commuting pieces ("6", "66") is put in
+  ascending length, `canonical_tie_order`: tensorflow-text and Python sentencepiece break
+  such equal-score ties differently ("666" -> `66 6` vs `6 66`), and this makes both exact.
 
 Known gaps, both far from real text:
 - Unicode versions. Python 3.11 follows Unicode 14; TensorFlow's case tables are older and
@@ -40,7 +42,7 @@ import unicodedata
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from albert.tokenization import SPIECE_UNDERLINE, TokenizerError, load_spm_model
+from albert.tokenization import SPIECE_UNDERLINE, TokenizerError, load_spm_model, tie_classes
 
 # Nothing here branches on tensor values, and AutoGraph would otherwise rewrite this code
 # and tensorflow-text's on every trace (seconds each time).
@@ -137,6 +139,11 @@ class InGraphTokenizer(tf.Module):
         self.sep_id = sp_model.piece_to_id("[SEP]")
         self.pad_id = sp_model.pad_id() if sp_model.pad_id() >= 0 else 0
         self._comma_id = sp_model.piece_to_id(",")
+        # Per id: its tie class (-1: none) and its length in characters, for the tie order.
+        classes = tie_classes(sp_model)
+        pieces = [sp_model.id_to_piece(i) for i in range(sp_model.get_piece_size())]
+        self._tie_class = tf.constant([classes.get(p, -1) for p in pieces], tf.int64)
+        self._piece_length = tf.constant([len(p) for p in pieces], tf.int64)
         self._sp = tf_text.SentencepieceTokenizer(
             model=sp_model.serialized_model_proto(), out_type=tf.int32
         )
@@ -160,7 +167,28 @@ class InGraphTokenizer(tf.Module):
         if strings.shape.rank == 0:
             return self.tokenize(strings[None])[0]
         ids = self._sp.tokenize(self.normalize(strings))  # [B, (P)]
-        return self._split_digit_comma(ids)
+        return self._canonical_tie_order(self._split_digit_comma(ids))
+
+    def _canonical_tie_order(self, ids):
+        """`canonical_tie_order` on ids [B, (P)]: runs of one tie class by ascending length.
+
+        A run never crosses rows, and runs are numbered in flat order, so one stable sort by
+        (run, length) reorders pieces inside runs only.
+        """
+        flat_ids = ids.flat_values  # [N]
+        tie_class = tf.gather(self._tie_class, flat_ids)  # [N]
+        rows = ids.value_rowids()  # [N]
+        continues = (
+            (tie_class >= 0)
+            & tf.equal(tie_class, tf.concat([[-1], tie_class[:-1]], axis=0))
+            & tf.equal(rows, tf.concat([[-1], rows[:-1]], axis=0))
+        )  # [N]: same class as the previous piece of the same text
+        run = tf.cumsum(tf.cast(tf.logical_not(continues), tf.int64))  # [N]
+        key = run * (tf.reduce_max(self._piece_length) + 1) + tf.gather(
+            self._piece_length, flat_ids
+        )
+        order = tf.argsort(key, stable=True)  # [N]
+        return ids.with_flat_values(tf.gather(flat_ids, order))
 
     def _split_digit_comma(self, ids):
         """`encode_pieces`' digit-comma rule on ids [B, (P)] -> [B, (P')].

@@ -14,6 +14,15 @@ Two choices differ from a peer and are deliberate:
   what HF transformers 4.x's slow `AlbertTokenizer` does. Under Python 3 the original keeps
   a stray "▁" ("1,000" -> `▁ ▁1 , 0 00`); here it is `▁ 1 , 0 00`.
 
+One choice is this project's own: equal-score segmentations. The unigram model scores a
+segmentation by the sum of its pieces' scores, so pieces that are powers of one string ("6",
+"66"; "a", "aa") can be reordered at no cost: "666" is `6 66` or `66 6`. Python sentencepiece
+and tensorflow-text each pick one by float32 rounding and loop order, and they differ (about 1
+text in 10,000; "2.666"), so `canonical_tie_order` puts every run of such pieces in ascending
+length, the order both libraries give when the sums tie exactly. `InGraphTokenizer` applies
+the same rule, so a served model sees the ids it was fine-tuned on. Ids differ from the
+original's only on the texts where its sentencepiece broke the tie by rounding.
+
 Without a SentencePiece model the tokenizer falls back to BERT's WordPiece over a `vocab.txt`
 (the path the Chinese ALBERT models take).
 
@@ -70,7 +79,8 @@ def encode_pieces(sp_model: spm.SentencePieceProcessor, text: str, sample: bool 
     without the comma, and the comma becomes its own piece, so that "1,000" does not glue the
     comma to the number (`▁1,` `000` -> `▁1` `,` `000`). When the original piece did not
     start a word but the re-encoded first piece does, its "▁" is dropped (and a lone "▁"
-    piece removed).
+    piece removed). Equal-score orders of commuting pieces are then made canonical
+    (`canonical_tie_order`).
 
     Args:
         sp_model: a loaded SentencePiece model.
@@ -91,7 +101,80 @@ def encode_pieces(sp_model: spm.SentencePieceProcessor, text: str, sample: bool 
             new_pieces.extend(_split_digit_comma(sp_model, piece))
         else:
             new_pieces.append(piece)
-    return new_pieces
+    if sample:
+        return new_pieces  # A sampled segmentation has no tie to break.
+    return canonical_tie_order(new_pieces, tie_classes(sp_model))
+
+
+def _primitive_root(piece: str) -> str:
+    """The shortest string whose repetition is `piece` ("6" for "666", "ab" for "abab")."""
+    length = len(piece)
+    for period in range(1, length // 2 + 1):
+        if length % period == 0 and piece[:period] * (length // period) == piece:
+            return piece[:period]
+    return piece
+
+
+def tie_classes(sp_model: spm.SentencePieceProcessor) -> dict:
+    """Pieces that can trade places at equal score, grouped by their primitive root.
+
+    Two adjacent pieces can be swapped without changing the text only when they commute
+    (xy == yx), that is when both are powers of one root ("6", "66"). Only scored pieces take
+    part: control, unknown, unused and byte pieces, and user-defined symbols (score 0, matched
+    before any scoring), never tie.
+
+    Returns:
+        dict piece -> class index, for every piece whose root has at least two pieces.
+    """
+    cached = _TIE_CLASSES.get(id(sp_model))
+    if cached is None or cached[0] is not sp_model:
+        by_root = {}
+        for i in range(sp_model.get_piece_size()):
+            special = (
+                sp_model.is_control(i)
+                or sp_model.is_unknown(i)
+                or sp_model.is_unused(i)
+                or sp_model.is_byte(i)
+            )
+            if special or sp_model.get_score(i) >= 0.0:
+                continue
+            piece = sp_model.id_to_piece(i)
+            by_root.setdefault(_primitive_root(piece), []).append(piece)
+        groups = [pieces for pieces in by_root.values() if len(pieces) > 1]
+        if len(_TIE_CLASSES) >= 8:  # A process loads few models; keep the cache small.
+            _TIE_CLASSES.clear()
+        classes = {piece: c for c, pieces in enumerate(groups) for piece in pieces}
+        # The model is kept with its classes so that its id() cannot be reused meanwhile.
+        cached = _TIE_CLASSES[id(sp_model)] = (sp_model, classes)
+    return cached[1]
+
+
+_TIE_CLASSES = {}  # id(model) -> (model, tie classes)
+
+
+def canonical_tie_order(pieces: list, classes: dict) -> list:
+    """Sorts every run of adjacent pieces of one tie class by ascending length.
+
+    The run spells the same text in any order and has the same score, so this only picks one
+    of several best segmentations, deterministically: "66 6" and "6 66" both become "6 66".
+
+    Args:
+        pieces: pieces (str) of one text.
+        classes: `tie_classes` of the model.
+
+    Returns:
+        The pieces, runs reordered (a new list).
+    """
+    result, start = list(pieces), 0
+    while start < len(result):
+        group = classes.get(result[start])
+        end = start + 1
+        while group is not None and end < len(result) and classes.get(result[end]) == group:
+            end += 1
+        if end - start > 1:
+            result[start:end] = sorted(result[start:end], key=len)
+        start = end
+    return result
 
 
 def _split_digit_comma(sp_model, piece):
