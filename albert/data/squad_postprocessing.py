@@ -8,9 +8,19 @@ start token has its max context in this window, end >= start, and the span has a
 v2.0 (`compute_predictions_v2`, the original's XLNet-style head): the beam of
 `start_n_top` starts x `end_n_top` ends per window, filtered the same way and ranked by
 start + end log-probability. The question's null score is the minimum of `cls_logits` over
-its windows (a window that sees the answer pulls it down). It is written to
-`null_odds.json`; the prediction is "" when it exceeds `null_score_diff_threshold`. On dev,
-`tune_null_threshold` picks the threshold as the official evaluation's `best_f1_thresh`.
+its windows (a window that sees the answer pulls it down), as in the original:
+`accumulate_predictions_v2` takes that minimum and appends it to a list per question, and
+`write_predictions_v2` divides the list's sum by its length, a mean over the one entry that
+run_squad_v2.py ever puts there (fresh dicts, one accumulate call per checkpoint). It is
+written to `null_odds.json`; the prediction is "" when it exceeds `null_score_diff_threshold`.
+On dev, `tune_null_threshold` picks the threshold as the official evaluation's
+`best_f1_thresh` and scores the thresholded predictions as the original's `evaluate_v2` does:
+with the official evaluation's `na_prob_thresh` of 1.0 applied to the null scores, which are
+raw answer-class logits here, not probabilities. So an answer whose null score is above 1.0
+counts as "no answer" in the reported `exact`/`f1` even when the tuned threshold keeps it in
+`predictions.json`; the two differ only when the tuned threshold is above 1.0. These are the
+numbers the official v2.0 script prints for our `predictions.json` with
+`--na-prob-file null_odds.json`.
 
 Every answer is `context_text[first:last + 1].strip()`, the characters of its tokens in the
 original context (see `albert.data.squad_alignment`); duplicates in the n-best are dropped.
@@ -297,8 +307,10 @@ class NullThreshold:
     evaluation: dict
 
 
-def tune_null_threshold(dataset, predictions, null_odds, output_dir=None, metric="f1"):
-    """Chooses the null threshold on dev data as the official evaluation does.
+def tune_null_threshold(
+    dataset, predictions, null_odds, output_dir=None, metric="f1", na_prob_thresh=1.0
+):
+    """Chooses the null threshold on dev data and scores it as the original's `evaluate_v2`.
 
     Args:
         dataset: the `"data"` list of the dev SQuAD 2.0 file.
@@ -306,16 +318,23 @@ def tune_null_threshold(dataset, predictions, null_odds, output_dir=None, metric
         null_odds: question id -> null score.
         output_dir: when given, `predictions.json` there is rewritten with the threshold.
         metric: "f1" (the original's choice, `best_f1_thresh`) or "exact".
+        na_prob_thresh: the official evaluation's threshold, applied to the null scores when
+            scoring the thresholded predictions (not to `predictions`): 1.0 as the original
+            (an answer with a null score above 1.0 scores as "no answer"); None scores the
+            predictions alone, so that `f1` equals `best_f1`.
 
     Returns:
-        A `NullThreshold`.
+        A `NullThreshold`. Its `best_*` are those of the search, which thresholding at the
+        searched value does not change.
     """
     if metric not in ("f1", "exact"):
         raise ValueError(f"metric must be 'f1' or 'exact'; received {metric!r}.")
     evaluation = squad_metrics.evaluate_v2(dataset, predictions, null_odds)
     threshold = evaluation[f"best_{metric}_thresh"]
-    evaluation = squad_metrics.evaluate_v2(dataset, predictions, null_odds, threshold)
     thresholded = apply_null_threshold(predictions, null_odds, threshold)
+    if na_prob_thresh is None:
+        na_prob_thresh = threshold  # Nulls exactly what thresholding nulled already.
+    evaluation = squad_metrics.evaluate_v2(dataset, thresholded, null_odds, na_prob_thresh)
     if output_dir:
         fileio.write_text(os.path.join(output_dir, "predictions.json"), _json_text(thresholded))
     return NullThreshold(threshold, thresholded, evaluation)

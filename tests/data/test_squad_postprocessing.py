@@ -169,3 +169,49 @@ def test_tune_null_threshold_and_files(tmp_path):
         "nbest_predictions.json", "null_odds.json", "predictions.json",
     ]  # fmt: skip
     assert json.loads(open(paths["null_odds"]).read()) == null_odds
+
+
+def test_v2_null_score_is_the_minimum_over_windows_not_the_mean():
+    # The original's accumulate_predictions_v2 keeps min(cls_logits) over a question's
+    # windows; write_predictions_v2's sum/len is over the one-element list of that minimum.
+    third = SimpleNamespace(**{**vars(WINDOW_B), "unique_id": 3})
+    results = {**V2_RESULTS, 3: {**V2_RESULTS[2], "cls_logits": np.array(0.5)}}
+    _, _, null_odds = compute_predictions_v2([EXAMPLE], [WINDOW_A, WINDOW_B, third], results)
+    assert null_odds == {"q": -1.0}  # min(3.0, -1.0, 0.5); the mean would be 2.5 / 3.
+    # At threshold -1.0 the answer stays (nulled strictly above); at -1.5 it goes.
+    for threshold, expected in ((-1.0, "delta"), (-1.5, "")):
+        predictions, _, _ = compute_predictions_v2(
+            [EXAMPLE], [WINDOW_A, WINDOW_B, third], results, null_score_diff_threshold=threshold
+        )
+        assert predictions == {"q": expected}
+
+
+def _dataset(qas):
+    return [{"title": "t", "paragraphs": [{"context": CONTEXT, "qas": qas}]}]
+
+
+def test_tuned_threshold_scored_with_the_originals_na_prob_thresh_of_one():
+    dataset = _dataset([
+        {"id": "a", "question": "?", "answers": [{"text": "delta", "answer_start": 17}]},
+        {"id": "b", "question": "?", "answers": [{"text": "beta", "answer_start": 6}]},
+        {"id": "n", "question": "?", "answers": []},
+    ])  # fmt: skip
+    predictions = {"a": "delta", "b": "beta", "n": "gamma"}
+    null_odds = {"a": 2.0, "b": 0.5, "n": 5.0}
+    # Walk from all-null (1 right): answer b (0.5) -> 2, a (2.0) -> 3, n (5.0) -> 2. The best
+    # threshold is 2.0 (100%), above 1.0: "a" keeps its answer in the predictions, but its
+    # null score 2.0 > 1.0 makes the original's evaluate_v2 score it as "no answer" (0).
+    tuned = tune_null_threshold(dataset, predictions, null_odds)
+    assert tuned.threshold == 2.0
+    assert tuned.predictions == {"a": "delta", "b": "beta", "n": ""}
+    assert tuned.evaluation["best_f1"] == tuned.evaluation["best_exact"] == 100.0
+    assert tuned.evaluation["best_f1_thresh"] == 2.0
+    assert tuned.evaluation["exact"] == tuned.evaluation["f1"] == pytest.approx(200 / 3)
+    assert tuned.evaluation["HasAns_exact"] == 50.0 and tuned.evaluation["NoAns_exact"] == 100.0
+    # Without the 1.0 rule the thresholded predictions score best_f1.
+    plain = tune_null_threshold(dataset, predictions, null_odds, na_prob_thresh=None)
+    assert plain.predictions == tuned.predictions
+    assert plain.evaluation["exact"] == plain.evaluation["f1"] == 100.0
+    # Below 1.0 the rule changes nothing: the tuned threshold already nulls those answers.
+    low = {"a": -2.0, "b": -3.0, "n": 0.25}
+    assert tune_null_threshold(dataset, predictions, low).evaluation["f1"] == 100.0
