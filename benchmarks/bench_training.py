@@ -7,7 +7,10 @@ Each row runs in its own subprocess. They are started one after the other (compi
 warming up alone), then take turns one step at a time, `--steps` rounds, so that a slow spell of
 a shared machine hits every row alike; each row reports the median of its step times:
 - ours: `albert.training.steps.Trainer` (the engine run_pretraining.py uses: LAMB, global-norm
-  clipping, MLM gathered at 20 positions + SOP), one step per host call, XLA on.
+  clipping, MLM gathered at 20 positions + SOP), one step per host call: float32 with XLA,
+  bfloat16 with and without XLA (`--ours_paths=all` adds float32 without). The row marked `*`
+  is what run_pretraining.py runs here by default (the `auto` choice of
+  `albert.training.hardware`); it is added when the other rows leave it out.
 - hf: transformers `AlbertForPreTraining` (PyTorch), AdamW, fp32 or bf16 autocast.
 - keras_hub: keras-hub `AlbertMaskedLM` (MLM only, no SOP head), Adam, `train_on_batch`,
   fp32 with XLA, bf16 without (as its docs recommend on CPU).
@@ -17,6 +20,7 @@ turns and reports the steps it ran.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -90,7 +94,7 @@ def run_ours(args, config_values):
         "lamb", 1e-4, 1000, 10, global_step=global_step, aggregate_gradients=False
     )
     optimizer.build(model.trainable_variables)
-    trainer = Trainer(strategy, task, model, optimizer, global_step, jit_compile=True)
+    trainer = Trainer(strategy, task, model, optimizer, global_step, jit_compile=args.jit == 1)
     data = DistributedInput(strategy, lambda ctx: task.train_dataset(ctx, 0), checkpointable=False)
     return lambda: trainer.train(data, 1)
 
@@ -100,8 +104,10 @@ def run_hf(args, config_values):
     import transformers
 
     torch.set_num_threads(os.cpu_count())
+    device = "cuda" if args.device == "gpu" else "cpu"
     values = dict(config_values, hidden_act="gelu_new")  # the original's "gelu"
     model = transformers.AlbertForPreTraining(transformers.AlbertConfig(**values)).train()
+    model = model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     import numpy as np
 
@@ -119,14 +125,17 @@ def run_hf(args, config_values):
         "labels": labels,
         "sentence_order_label": torch.tensor(batch["next_sentence_labels"][:, 0], dtype=torch.long),
     }
+    inputs = {name: value.to(device) for name, value in inputs.items()}
 
     def step():
         optimizer.zero_grad()
-        with torch.autocast("cpu", torch.bfloat16, args.precision == "bfloat16"):
+        with torch.autocast(device, torch.bfloat16, args.precision == "bfloat16"):
             loss = model(**inputs).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        if device == "cuda":
+            torch.cuda.synchronize()  # the step's kernels are queued, not done
 
     return step
 
@@ -157,7 +166,8 @@ def run_keras_hub(args, config_values):
         optimizer=keras.optimizers.Adam(1e-4, global_clipnorm=1.0),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         weighted_metrics=[],
-        jit_compile=args.precision != "bfloat16",
+        # XLA on GPU; on CPU only in float32 (bfloat16 XLA:CPU dots are slow).
+        jit_compile=args.device == "gpu" or args.precision != "bfloat16",
     )
     batch = synthetic_batch(np, config_values, args.batch, args.seq)
     x = {
@@ -170,11 +180,91 @@ def run_keras_hub(args, config_values):
     return lambda: model.train_on_batch(x, y, weights)
 
 
+# ours: (precision, XLA) paths; peers: (label, precision).
 ROWS = {
-    "ours": [("ours (Trainer, LAMB, XLA)", "float32"), ("ours (Trainer, LAMB, XLA)", "bfloat16")],
+    "ours": [("float32", True), ("bfloat16", True), ("bfloat16", False)],
     "hf": [("HF transformers (PyTorch)", "float32"), ("HF transformers (autocast)", "bfloat16")],
-    "keras_hub": [("keras-hub AlbertMaskedLM (XLA)", "float32"), ("keras-hub", "bfloat16")],
+    "keras_hub": [
+        ("keras-hub AlbertMaskedLM (XLA)", "float32"),
+        ("keras-hub AlbertMaskedLM (no XLA)", "bfloat16"),
+    ],
 }
+OURS_ALL = [("float32", True), ("float32", False), ("bfloat16", True), ("bfloat16", False)]
+
+
+def ours_label(jit):
+    return f"ours (Trainer, LAMB, {'XLA' if jit else 'no XLA'})"
+
+
+def auto_path(device):
+    """(precision, XLA) that run_pretraining.py picks on this machine, and why."""
+    sys.path.insert(0, ROOT)
+    from albert.training import hardware
+
+    if device == "gpu":  # without importing TensorFlow, which may hold the GPU
+        choice = hardware.choose(hardware.DeviceDescription("gpu", compute_capability=None))
+    else:
+        choice = hardware.choose(hardware.describe_machine("default"))
+    precision = "float32" if choice.precision == "none" else choice.precision
+    return precision, choice.jit_compile, choice.reason
+
+
+def model_flops(config, batch, seq, predictions):
+    """Matmul FLOPs of one training step of the whole model, forward + backward (3 x forward):
+    every position through every layer, the MLM head at `predictions` positions per sequence.
+    The numerator of model FLOPs utilisation, the same for every implementation (ours skips
+    part of the last layer, see profile_training.training_flops, and is not credited for it)."""
+    h, i = config["hidden_size"], config["intermediate_size"]
+    e, v = config["embedding_size"], config["vocab_size"]
+    layer = 2 * seq * (4 * h * h + 2 * h * i) + 2 * 2 * seq * seq * h
+    forward = 2 * seq * e * h + config["num_hidden_layers"] * layer
+    forward += 2 * predictions * (h * e + e * v) + 2 * h * h  # MLM head, pooler
+    return 3 * batch * forward
+
+
+# Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) by the name nvidia-smi reports.
+GPU_BF16_PEAK_TFLOPS = (("H200", 989), ("H100", 989), ("A100", 312), ("L40S", 362), ("L4", 121),
+                        ("A10G", 70), ("A10", 125), ("B200", 2250))  # fmt: skip
+
+
+def gpu_name():
+    """The first GPU's name from nvidia-smi (without starting CUDA here), or None."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = done.stdout.strip().splitlines()
+    return names[0].strip() if done.returncode == 0 and names else None
+
+
+def peak_tflops(name):
+    """The bf16 dense peak of a GPU named `name`, or None when the card is not in the table."""
+    for key, peak in GPU_BF16_PEAK_TFLOPS:
+        if name and key in name:
+            return peak
+    return None
+
+
+def planned_rows(args):
+    """[(which, label, precision, jit)] for `--rows`, `--precisions` and `--ours_paths`,
+    with run_pretraining's default path among ours."""
+    precisions = args.precisions.split(",")
+    planned = []
+    for which in args.rows.split(","):
+        if which == "ours":
+            paths = {"all": OURS_ALL, "main": ROWS["ours"], "default": []}[args.ours_paths]
+            if args.device == "gpu":
+                paths = []  # the auto path: bfloat16 with XLA
+            paths = [p for p in paths if p[0] in precisions]
+            if args.auto_path[:2] not in paths:
+                paths.append(args.auto_path[:2])
+            planned += [("ours", ours_label(jit), p, int(jit)) for p, jit in paths]
+        else:
+            planned += [(which, label, p, -1) for label, p in ROWS[which] if p in precisions]
+    return planned
+
+
 RUNNERS = {"ours": run_ours, "hf": run_hf, "keras_hub": run_keras_hub}
 
 
@@ -197,15 +287,29 @@ def serve(args, config_values):
 class Row:
     """One row's subprocess, spoken to one JSON line at a time."""
 
-    def __init__(self, which, label, precision, args):
-        self.which, self.label, self.precision = which, label, precision
+    def __init__(self, which, label, precision, args, jit=-1):
+        self.which, self.label, self.precision, self.jit = which, label, precision, jit
         self.times, self.error, self.peak_mib = [], None, None
         self.log = tempfile.TemporaryFile("w+")
         command = [sys.executable, __file__, f"--one={which}", f"--precision={precision}"]
+        command += [f"--jit={jit}", f"--device={args.device}"]
         command += [f"--config={args.config}", f"--seq={args.seq}", f"--batch={args.batch}"]
+        env = dict(os.environ)
+        if args.device == "gpu":
+            # Rows share the card: TensorFlow and JAX must not each take all of its memory.
+            env.update(TF_FORCE_GPU_ALLOW_GROWTH="true", XLA_PYTHON_CLIENT_PREALLOCATE="false")
+            if which == "keras_hub" and importlib.util.find_spec("tensorflow") is None:
+                env["KERAS_BACKEND"] = "jax"
         self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True
-        )
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            env=env,
+        )  # fmt: skip
+
+    def is_auto(self, args):
+        return self.which == "ours" and (self.precision, bool(self.jit)) == args.auto_path[:2]
+
+    def name(self, args):
+        return self.label + (" *" if self.is_auto(args) else "")
 
     def read(self, timeout):
         """The next JSON line, or None (with `error` set) on a timeout or an exit."""
@@ -259,53 +363,134 @@ def main():
     )
     parser.add_argument("--settle_seconds", type=float, default=1.0, help="Pause before each turn.")
     parser.add_argument("--verbose", action="store_true", help="Print every step's seconds.")
-    parser.add_argument("--precisions", default="float32,bfloat16")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "gpu"),
+        help="gpu: one NVIDIA GPU; bfloat16 rows (ours with XLA, HF autocast, keras-hub with "
+        "XLA) and model FLOPs utilisation against the card's bf16 peak.",
+    )
+    parser.add_argument(
+        "--peak_tflops", type=float, help="The card's bf16 peak (default: by name)."
+    )
+    parser.add_argument(
+        "--precisions", default=None, help="Default float32,bfloat16 (gpu: bfloat16)."
+    )
+    parser.add_argument(
+        "--ours_paths",
+        default="main",
+        choices=("main", "all", "default"),
+        help="Our rows: main (float32 XLA, bfloat16 with and without XLA), all (also float32 "
+        "without XLA) or default (only run_pretraining's default path).",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--precision", default="float32", help=argparse.SUPPRESS)
+    parser.add_argument("--jit", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     with open(args.config) as f:
         config_values = json.load(f)
     if args.one:
         return serve(args, config_values)
 
+    return compare(args, config_values)
+
+
+def compare(args, config_values):
+    """The parent process: start the rows, let them take turns, print the table."""
+    gpu = args.device == "gpu"
+    args.precisions = args.precisions or ("bfloat16" if gpu else "float32,bfloat16")
+    args.auto_path = auto_path(args.device)
     print(f"Training step, {os.path.basename(args.config)}, global batch {args.batch}, ")
-    print(f"seq {args.seq}, {os.cpu_count()} cores, median of {args.steps} interleaved steps\n")
+    print(f"seq {args.seq}, {os.cpu_count()} cores, median of {args.steps} interleaved steps")
+    print(f"CPU: {cpu_model()}")
+    peak = None
+    if gpu:
+        name = gpu_name()
+        peak = args.peak_tflops or peak_tflops(name)
+        if name is None:
+            sys.exit("--device=gpu: nvidia-smi finds no NVIDIA GPU here.")
+        print(f"GPU: {name}, bf16 peak {peak or 'unknown (pass --peak_tflops)'} TFLOP/s")
+    print()
     rows = []
-    for which in args.rows.split(","):
-        for label, precision in ROWS[which]:
-            if precision not in args.precisions.split(","):
-                continue
-            row = Row(which, label, precision, args)
-            if row.read(args.row_timeout):
-                rows.append(row)
-            else:
-                print(f"{label:34s} {precision:10s} {row.error}")
+    for which, label, precision, jit in planned_rows(args):
+        row = Row(which, label, precision, args, jit)
+        if row.read(args.row_timeout):
+            rows.append(row)
+        else:
+            print(f"{row.name(args):36s} {precision:10s} {row.error}")
     for _ in range(args.steps):
         for row in rows:
             slow = row.times and row.times[-1] > args.max_step_seconds
             if not row.error and not slow:
                 time.sleep(args.settle_seconds)  # the previous row's threads go idle
                 row.step(args.max_step_seconds * 5)
-    print(f"{'implementation':34s} {'precision':10s} {'seq/s':>7s} {'peak RSS':>10s}")
+    flops = model_flops(config_values, args.batch, args.seq, PREDICTIONS)
+    mfu_header = f" {'MFU':>6s}" if gpu else ""
+    print(f"{'implementation':36s} {'precision':10s} {'seq/s':>7s} {'peak RSS':>10s}{mfu_header}")
     results = {}
     for row in rows:
         row.finish()
         if not row.times:
-            print(f"{row.label:34s} {row.precision:10s} {row.error}")
+            print(f"{row.name(args):36s} {row.precision:10s} {row.error}")
             continue
         rate = args.batch / sorted(row.times)[len(row.times) // 2]
         if args.verbose:
             print(" ".join(f"{t:.2f}" for t in row.times))
-        results[(row.which, row.precision)] = rate
+        results[row] = rate
         note = f"  ({len(row.times)} steps)" if len(row.times) < args.steps else ""
-        peak = f"{row.peak_mib:7.0f} MiB" if row.peak_mib else "    n/a"
-        print(f"{row.label:34s} {row.precision:10s} {rate:7.2f} {peak}{note}")
-    print()
-    ours = max((v for (w, _), v in results.items() if w == "ours"), default=None)
-    peers = {k: v for k, v in results.items() if k[0] != "ours"}
-    if ours and peers:
-        best_key = max(peers, key=peers.get)
-        print(f"best ours / best peer ({best_key[0]} {best_key[1]}): {ours / peers[best_key]:.2f}x")
+        memory = f"{row.peak_mib:7.0f} MiB" if row.peak_mib else "    n/a"
+        mfu = ""
+        if gpu:
+            mfu = f" {mfu_percent(flops, rate, args.batch, peak):>6s}"
+        print(f"{row.name(args):36s} {row.precision:10s} {rate:7.2f} {memory}{mfu}{note}")
+    print(f"\n* run_pretraining.py's default here ({args.auto_path[2]})")
+    if gpu:
+        print(f"MFU: {flops / 1e12:.2f} TFLOP of model matmuls per step (whole model, "
+              "forward + backward) x steps/s / the bf16 peak. Peak RSS is host memory.")  # fmt: skip
+    print(ratio_lines(results, args))
+
+
+def mfu_percent(flops, rate, batch, peak):
+    """Model FLOPs utilisation as text: `flops` per step at `rate` sequences/s of `batch`."""
+    if not peak:
+        return "n/a"
+    return f"{100 * flops * rate / batch / (peak * 1e12):.1f}%"
+
+
+def ratio_lines(results, args):
+    """The best-ours / best-peer line (and the default path's), from {Row: seq/s}."""
+    ours = {row: rate for row, rate in results.items() if row.which == "ours"}
+    peers = {row: rate for row, rate in results.items() if row.which != "ours"}
+    if not ours or not peers:
+        return ""
+    best_ours, best_peer = max(ours, key=ours.get), max(peers, key=peers.get)
+    name = lambda row: f"{row.name(args).rstrip(' *')} {row.precision}"  # noqa: E731
+    lines = [f"best ours / best peer: {ours[best_ours] / peers[best_peer]:.2f}x "
+             f"({name(best_ours)} / {name(best_peer)})"]  # fmt: skip
+    default = next((row for row in ours if row.is_auto(args)), None)
+    if default is not None:
+        lines.append(f"default / best peer: {ours[default] / peers[best_peer]:.2f}x")
+    return "\n".join(lines)
+
+
+def cpu_model():
+    """The CPU's model name and its bfloat16 flags, from /proc/cpuinfo (Linux)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+    except OSError:
+        return "unknown"
+
+    def field(name, default):
+        return next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                     if line.startswith(name)), default)  # fmt: skip
+
+    family, number = field("cpu family", "?"), field("model\t", "?")
+    model = f"{field('model name', 'unknown')} (family {family} model {number})"
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
+                  if line.startswith("flags")), [])  # fmt: skip
+    bf16 = sorted(set(flags) & {"avx512_bf16", "amx_bf16", "amx_tile"})
+    return f"{model}; bf16 flags: {', '.join(bf16) or 'none'}"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,90 @@
+"""The CPU-only parts of the GPU check (benchmarks/gpu_check.sh): the FLOPs formula, the bf16
+peak table, the loss comparison, and --device=gpu refusing a machine without a GPU."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from albert import configs
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_training  # noqa: E402
+import gpu_loss_check  # noqa: E402
+import profile_training  # noqa: E402
+
+
+def _config(name):
+    with open(configs.path(name)) as f:
+        return json.load(f)
+
+
+def test_model_flops_counts_every_matmul_of_a_tiny_model_by_hand():
+    config = _config("albert_tiny")  # E 32, H 64, I 128, L 4, V 1000
+    seq, batch, predictions = 8, 3, 2
+    layer = 2 * seq * (4 * 64 * 64 + 2 * 64 * 128) + 4 * seq * seq * 64
+    forward = 2 * seq * 32 * 64 + 4 * layer + 2 * predictions * (64 * 32 + 32 * 1000) + 2 * 64 * 64
+    assert bench_training.model_flops(config, batch, seq, predictions) == 3 * batch * forward
+
+
+def test_model_flops_credit_the_whole_last_layer():
+    config = _config("albert_base_v2")
+    # With every position predicted, our gathered last layer does the whole model's work.
+    whole = bench_training.model_flops(config, 32, 512, 511)
+    assert whole == profile_training.training_flops(config, 32, 512, 511)
+    assert bench_training.model_flops(config, 32, 512, 20) > profile_training.training_flops(
+        config, 32, 512, 20
+    )
+    # ALBERT-base, seq 512, batch 32: 6 x 85M x 16,384 tokens = 8.4 TFLOP (85M: the matmul
+    # weights the 12 layers run, shared or not) + 0.9 for attention's scores and context.
+    assert 9.0e12 < bench_training.model_flops(config, 32, 512, 20) < 9.6e12
+
+
+@pytest.mark.parametrize(
+    "name, peak",
+    [("NVIDIA H100 80GB HBM3", 989), ("NVIDIA H200", 989), ("NVIDIA A100-SXM4-40GB", 312),
+     ("NVIDIA L4", 121), ("Tesla T4", None), (None, None)],
+)  # fmt: skip
+def test_bf16_peak_by_card_name(name, peak):
+    assert bench_training.peak_tflops(name) == peak
+
+
+def test_mfu_text():
+    # 1 TFLOP per step of 32 sequences at 320 seq/s = 10 TFLOP/s of 1000.
+    assert bench_training.mfu_percent(1e12, 320.0, 32, 1000) == "1.0%"
+    assert bench_training.mfu_percent(1e12, 320.0, 32, None) == "n/a"
+
+
+def test_loss_comparison_within_and_outside_bf16_tolerance():
+    reference = [7.60, 7.58, 7.55, 7.50, 7.41, 7.30]
+    close = [7.62, 7.57, 7.58, 7.49, 7.43]
+    assert all(ok for *_, ok in gpu_loss_check.compare_losses(reference, close, 5))
+    far = [7.60, 7.58, 8.10, 7.50, 7.41]
+    rows = gpu_loss_check.compare_losses(reference, far, 5)
+    assert [ok for *_, ok in rows] == [True, True, False, True, True]
+    assert rows[2][:3] == (3, 7.55, 8.10)
+    with pytest.raises(ValueError, match="need 5 losses"):
+        gpu_loss_check.compare_losses(reference, close[:3], 5)
+
+
+def test_loss_falls():
+    falling = [7.5] * 5 + [6.5] * 20 + [5.5] * 20
+    assert gpu_loss_check.loss_falls(falling, 0.8)
+    assert not gpu_loss_check.loss_falls(falling, 0.7)
+    assert not gpu_loss_check.loss_falls([7.5] * 45, 0.8)
+    assert not gpu_loss_check.loss_falls(falling[:10], 0.8)  # too few steps to tell
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has a GPU")
+def test_device_gpu_without_a_gpu_says_so():
+    command = [sys.executable, str(ROOT / "benchmarks" / "bench_training.py"), "--device=gpu"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))  # fmt: skip
+    assert done.returncode == 1
+    assert "--device=gpu: nvidia-smi finds no NVIDIA GPU here." in done.stderr
