@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from albert import fileio
 from albert.text_ops import InGraphTokenizer
 
 SERVING_SIGNATURE = "serving_default"
@@ -108,7 +109,8 @@ def export_classifier(model, spm_model_file, do_lower_case, max_seq_length, labe
     module = _ClassifierServing(
         model, tokenizer, max_seq_length, labels, sentence_pair, threshold=threshold
     )
-    tf.saved_model.save(
-        module, export_dir, signatures={SERVING_SIGNATURE: module.serve.get_concrete_function()}
-    )
+    with fileio.atomic_directory(export_dir) as temporary:  # Never half a SavedModel.
+        tf.saved_model.save(
+            module, temporary, signatures={SERVING_SIGNATURE: module.serve.get_concrete_function()}
+        )
     return export_dir

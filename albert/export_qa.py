@@ -34,6 +34,7 @@ from __future__ import annotations
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from albert import fileio
 from albert.errors import AlbertError
 from albert.text_ops import InGraphTokenizer
 from albert.tokenization import load_spm_model
@@ -144,7 +145,8 @@ def export_question_answering(model, spm_model_file, do_lower_case, export_dir,
     module = _QuestionAnsweringServing(
         model, tokenizer, detokenizer, max_seq_length, max_query_length, max_answer_length
     )
-    tf.saved_model.save(
-        module, export_dir, signatures={SERVING_SIGNATURE: module.serve.get_concrete_function()}
-    )
+    with fileio.atomic_directory(export_dir) as temporary:  # Never half a SavedModel.
+        tf.saved_model.save(
+            module, temporary, signatures={SERVING_SIGNATURE: module.serve.get_concrete_function()}
+        )
     return export_dir

@@ -105,3 +105,32 @@ def write_bytes(path: str, data: bytes) -> None:
     """Writes `data` to `path` atomically."""
     with atomic_open(path, "wb") as f:
         f.write(data)
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str):
+    """Yields a hidden temporary folder to fill; it replaces `path` when the block succeeds.
+
+    An existing `path` is moved aside, the new folder renamed into place, and the old one
+    deleted, so a reader sees the old folder or the new one, each whole (on local disks; on
+    object stores such as gs:// a folder rename moves object by object). On an exception
+    the temporary folder is deleted and `path` is left as it was.
+    """
+    import tensorflow as tf
+
+    makedirs_for(path.rstrip("/"))
+    temporary = temporary_path(path.rstrip("/"))
+    try:
+        yield temporary
+        old = None
+        if tf.io.gfile.exists(path):
+            old = temporary_path(path.rstrip("/"))
+            tf.io.gfile.rename(path, old)
+        tf.io.gfile.rename(temporary, path)
+        if old:
+            tf.io.gfile.rmtree(old)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            if tf.io.gfile.exists(temporary):
+                tf.io.gfile.rmtree(temporary)
+        raise

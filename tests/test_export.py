@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from albert.config import AlbertConfig
 from albert.data import glue
@@ -100,3 +101,31 @@ def test_exported_models_match_keras_in_a_fresh_process(tmp_path):
 def test_labels_must_match_the_model(tmp_path):
     with pytest.raises(ValueError, match="2 labels for a model with 3 outputs"):
         export_classifier(_model(3, seed=0), SPM_MODEL, True, 8, ("0", "1"), str(tmp_path))
+
+
+def _tree(path):
+    return {p.relative_to(path): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_a_failed_export_leaves_the_earlier_one_and_a_new_one_replaces_it_whole(
+    tmp_path, monkeypatch
+):
+    export_dir = tmp_path / "export"
+    export_classifier(_model(3, seed=1), SPM_MODEL, True, 8, glue.MNLI_LABELS, str(export_dir))
+    before = _tree(export_dir)
+    real_save = tf.saved_model.save
+
+    def save_then_fail(module, path, **kwargs):
+        real_save(module, path, **kwargs)
+        raise OSError(28, "No space left on device")  # The disk filled up at the very end.
+
+    monkeypatch.setattr(tf.saved_model, "save", save_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        export_classifier(_model(3, seed=2), SPM_MODEL, True, 8, glue.MNLI_LABELS, str(export_dir))
+    assert _tree(export_dir) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]  # No temporary left.
+    monkeypatch.setattr(tf.saved_model, "save", real_save)
+    export_classifier(_model(3, seed=2), SPM_MODEL, True, 8, glue.MNLI_LABELS, str(export_dir))
+    after = _tree(export_dir)
+    assert after.keys() == before.keys() and after != before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
