@@ -175,9 +175,7 @@ def pad_dataset(dataset, num_examples, batch_size):
     Raises:
         FeatureError: the elements have no `is_real_example`.
     """
-    return dataset.concatenate(
-        padding_dataset(dataset.element_spec, -num_examples % batch_size)
-    )
+    return dataset.concatenate(padding_dataset(dataset.element_spec, -num_examples % batch_size))
 
 
 def padding_dataset(element_spec, count):

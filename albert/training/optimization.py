@@ -146,8 +146,7 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
         self._m, self._v = self.add_optimizer_variables(var_list, ["m", "v"])
         # Decided once per variable from its path, so the update traces without string work.
         self._use_weight_decay = [
-            bool(self.weight_decay_rate)
-            and not _matches_any(v, self.exclude_from_weight_decay)
+            bool(self.weight_decay_rate) and not _matches_any(v, self.exclude_from_weight_decay)
             for v in var_list
         ]
         self._use_layer_adaptation = [
