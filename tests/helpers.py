@@ -65,3 +65,16 @@ def train_tiny_spm(tmp_path, vocab_size=99, do_lower_case=False):
             f.write(model)
             g.write(vocab)
     return prefix + ".model"
+
+
+def free_ports(count):
+    """`count` loopback ports free right now (for local workers and in-process servers)."""
+    import socket
+
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports

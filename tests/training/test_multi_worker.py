@@ -3,7 +3,6 @@ short run; only the chief writes checkpoints and summaries to output_dir."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,24 +10,16 @@ from pathlib import Path
 import synthetic_pretraining as synthetic
 import tensorflow as tf
 
+from tests.helpers import free_ports
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def test_two_workers_complete_a_run(tmp_path):
     data = synthetic.write_records(tmp_path / "train.tfrecord", 120, seed=9)
     config = synthetic.write_config(tmp_path / "config.json")
     output_dir = tmp_path / "out"
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
     command = [
         sys.executable, str(REPO / "run_pretraining.py"), "--strategy=multi_worker",
         f"--albert_config_file={config}", f"--input_file={data}", f"--output_dir={output_dir}",

@@ -15,25 +15,16 @@ TensorFlow initialises.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.helpers import free_ports
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 HOSTS, REPLICAS_PER_HOST = 2, 2
 SEQ, PREDICTIONS = 9, 2
-
-
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def _run(mode, tmp_path):
@@ -218,7 +209,7 @@ def _pretraining_reports(tmp_path):
 def _hosts_main(tmp_path, output):
     import tensorflow as tf
 
-    ports = _free_ports(HOSTS)
+    ports = free_ports(HOSTS)
     cluster = tf.train.ClusterSpec({"worker": [f"localhost:{p}" for p in ports]})
     servers = [tf.distribute.Server(cluster, job_name="worker", task_index=i)
                for i in range(HOSTS)]  # fmt: skip
