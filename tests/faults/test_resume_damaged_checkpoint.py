@@ -59,7 +59,8 @@ def test_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, da
     assert not checkpointing.is_intact(str(output_dir / "model.ckpt-8"))
 
     absl_logging.get_absl_logger().propagate = True
-    with caplog.at_level("INFO"):
+    # The absl logger's own level too: an earlier test may have set absl's verbosity to WARNING.
+    with caplog.at_level("INFO"), caplog.at_level("INFO", logger="absl"):
         tiny_pretraining_run(tmp_path, output_dir)
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any(f"Checkpoint {output_dir / 'model.ckpt-8'} is damaged" in w for w in warnings)
