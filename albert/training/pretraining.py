@@ -20,7 +20,7 @@ import os
 import re
 import tempfile
 
-import tensorflow as tf
+from keras import ops
 
 from albert.config import AlbertConfig
 from albert.data import records
@@ -58,39 +58,45 @@ def pretraining_loss(mlm_logits, sop_logits, features, normalizers):
         (loss, sums): the scalar whose sum over replicas is the global-batch loss, and a dict
         of the METRIC_SUMS over this replica's batch.
     """
-    ids = tf.cast(features["masked_lm_ids"], tf.int32)  # [B, P]
-    weights = tf.cast(features["masked_lm_weights"], tf.float32)  # [B, P]
-    mlm_ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids, logits=mlm_logits)
-    mlm_loss_sum = tf.reduce_sum(weights * mlm_ce)
+    ids = ops.cast(features["masked_lm_ids"], "int32")  # [B, P]
+    weights = ops.cast(features["masked_lm_weights"], "float32")  # [B, P]
+    mlm_ce = ops.sparse_categorical_crossentropy(ids, mlm_logits, from_logits=True)  # [B, P]
+    mlm_loss_sum = ops.sum(weights * mlm_ce)
     mlm_loss = mlm_loss_sum / (normalizers["masked_lm_weight"] + MLM_DENOMINATOR_EPSILON)
-    mlm_hits = tf.cast(tf.equal(tf.argmax(mlm_logits, -1, output_type=tf.int32), ids), tf.float32)
+    mlm_hits = ops.cast(ops.equal(ops.cast(ops.argmax(mlm_logits, -1), "int32"), ids), "float32")
 
-    labels = tf.cast(tf.reshape(features["next_sentence_labels"], [-1]), tf.int32)  # [B]
+    labels = ops.cast(ops.reshape(features["next_sentence_labels"], [-1]), "int32")  # [B]
     real = _real_examples(features)  # [B]
-    sop_ce = real * tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=sop_logits)
+    sop_ce = real * ops.sparse_categorical_crossentropy(labels, sop_logits, from_logits=True)
     # A global batch of padding only (the end of an eval set) has no example: loss 0.
-    sop_loss = tf.reduce_sum(sop_ce) / tf.maximum(normalizers["examples"], 1.0)
-    sop_hits = real * tf.cast(
-        tf.equal(tf.argmax(sop_logits, -1, output_type=tf.int32), labels), tf.float32
+    sop_loss = ops.sum(sop_ce) / ops.maximum(normalizers["examples"], 1.0)
+    sop_hits = real * ops.cast(
+        ops.equal(ops.cast(ops.argmax(sop_logits, -1), "int32"), labels), "float32"
     )
 
     sums = {
         "masked_lm_loss_sum": mlm_loss_sum,
-        "masked_lm_correct": tf.reduce_sum(weights * mlm_hits),
-        "masked_lm_weight": tf.reduce_sum(weights),
-        "sentence_order_loss_sum": tf.reduce_sum(sop_ce),
-        "sentence_order_correct": tf.reduce_sum(sop_hits),
-        "sentence_order_examples": tf.reduce_sum(real),
+        "masked_lm_correct": ops.sum(weights * mlm_hits),
+        "masked_lm_weight": ops.sum(weights),
+        "sentence_order_loss_sum": ops.sum(sop_ce),
+        "sentence_order_correct": ops.sum(sop_hits),
+        "sentence_order_examples": ops.sum(real),
     }
     return mlm_loss + sop_loss, sums
+
+
+def loss_normalizers(features):
+    """The global-batch denominators of `pretraining_loss`, for this replica's share."""
+    weights = ops.cast(features["masked_lm_weights"], "float32")
+    return {"masked_lm_weight": ops.sum(weights), "examples": ops.sum(_real_examples(features))}
 
 
 def _real_examples(features):
     """float32 [B]: `is_real_example`, or ones for a batch that has none (every row real)."""
     real = features.get("is_real_example")
     if real is None:
-        return tf.ones(tf.shape(features["next_sentence_labels"])[:1], tf.float32)
-    return tf.cast(real, tf.float32)
+        return ops.ones(ops.shape(features["next_sentence_labels"])[:1], "float32")
+    return ops.cast(real, "float32")
 
 
 def pretraining_metrics(sums):
@@ -176,11 +182,7 @@ class PretrainingTask(TrainingTask):
         )
 
     def loss_normalizers(self, features):
-        weights = tf.cast(features["masked_lm_weights"], tf.float32)
-        return {
-            "masked_lm_weight": tf.reduce_sum(weights),
-            "examples": tf.reduce_sum(_real_examples(features)),
-        }
+        return loss_normalizers(features)
 
     def compute_loss(self, model, features, normalizers, training):
         inputs = {name: features[name] for name in MODEL_INPUTS}
