@@ -99,6 +99,36 @@ def run_ours(args, config_values):
     return lambda: trainer.train(data, 1)
 
 
+def run_ours_jax(args, config_values):
+    """Ours under Keras' JAX backend (`jax_pretraining`): for a GPU machine without TensorFlow."""
+    import jax
+    import keras
+    import numpy as np
+
+    sys.path.insert(0, ROOT)
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import jax_pretraining
+
+    from albert.training.optimization import create_optimizer
+
+    if args.precision == "bfloat16":
+        keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
+    device = jax.devices("gpu" if args.device == "gpu" else "cpu")[0]
+    batch = synthetic_batch(np, config_values, args.batch, args.seq)
+    with jax.default_device(device):
+        model = jax_pretraining.pretrainer(config_values, args.batch, args.seq, PREDICTIONS)
+        optimizer, _ = create_optimizer("lamb", 1e-4, 1000, 10, aggregate_gradients=False)
+        train_step = jax_pretraining.make_train_step(model, optimizer)
+        state = [jax_pretraining.initial_state(model, optimizer)]
+        batch = jax.device_put(batch, device)
+
+    def step():
+        loss, state[0] = train_step(state[0], batch)
+        loss.block_until_ready()  # the step is queued, not done
+
+    return step
+
+
 def run_hf(args, config_values):
     import torch
     import transformers
@@ -177,7 +207,14 @@ def run_keras_hub(args, config_values):
         "mask_positions": batch["masked_lm_positions"],
     }
     y, weights = batch["masked_lm_ids"], batch["masked_lm_weights"]
-    return lambda: model.train_on_batch(x, y, weights)
+
+    def step():
+        model.train_on_batch(x, y, weights)
+        # On JAX the step is queued when train_on_batch returns: wait for its update, or it
+        # runs during the next row's turn.
+        keras.ops.convert_to_numpy(model.optimizer.iterations)
+
+    return step
 
 
 # ours: (precision, XLA) paths; peers: (label, precision).
@@ -192,8 +229,9 @@ ROWS = {
 OURS_ALL = [("float32", True), ("float32", False), ("bfloat16", True), ("bfloat16", False)]
 
 
-def ours_label(jit):
-    return f"ours (Trainer, LAMB, {'XLA' if jit else 'no XLA'})"
+def ours_label(jit, backend="tensorflow"):
+    engine = "Trainer" if backend == "tensorflow" else "Keras on JAX"
+    return f"ours ({engine}, LAMB, {'XLA' if jit else 'no XLA'})"
 
 
 def auto_path(device):
@@ -203,6 +241,8 @@ def auto_path(device):
 
     if device == "gpu":  # without importing TensorFlow, which may hold the GPU
         choice = hardware.choose(hardware.DeviceDescription("gpu", compute_capability=None))
+    elif importlib.util.find_spec("tensorflow") is None:  # the same choice from /proc/cpuinfo
+        choice = hardware.choose(hardware.DeviceDescription("cpu", hardware.read_cpu_flags()))
     else:
         choice = hardware.choose(hardware.describe_machine("default"))
     precision = "float32" if choice.precision == "none" else choice.precision
@@ -257,15 +297,25 @@ def planned_rows(args):
             if args.device == "gpu":
                 paths = []  # the auto path: bfloat16 with XLA
             paths = [p for p in paths if p[0] in precisions]
+            if args.ours_backend == "jax":  # jax.jit: always XLA
+                paths = [(p, True) for p in precisions]
+                args.auto_path = (args.auto_path[0], True, args.auto_path[2])
             if args.auto_path[:2] not in paths:
                 paths.append(args.auto_path[:2])
-            planned += [("ours", ours_label(jit), p, int(jit)) for p, jit in paths]
+            which = "ours" if args.ours_backend == "tensorflow" else "ours_jax"
+            planned += [
+                (which, ours_label(jit, args.ours_backend), p, int(jit)) for p, jit in paths
+            ]
         else:
-            planned += [(which, label, p, -1) for label, p in ROWS[which] if p in precisions]
+            for label, p in ROWS[which]:
+                if p in precisions:
+                    if which == "keras_hub" and args.device == "gpu":
+                        label = label.replace("no XLA", "XLA")  # compiled on a GPU
+                    planned.append((which, label, p, -1))
     return planned
 
 
-RUNNERS = {"ours": run_ours, "hf": run_hf, "keras_hub": run_keras_hub}
+RUNNERS = {"ours": run_ours, "ours_jax": run_ours_jax, "hf": run_hf, "keras_hub": run_keras_hub}
 
 
 def serve(args, config_values):
@@ -300,13 +350,17 @@ class Row:
             env.update(TF_FORCE_GPU_ALLOW_GROWTH="true", XLA_PYTHON_CLIENT_PREALLOCATE="false")
             if which == "keras_hub" and importlib.util.find_spec("tensorflow") is None:
                 env["KERAS_BACKEND"] = "jax"
+        if which == "ours_jax":
+            env["KERAS_BACKEND"] = "jax"
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
             env=env,
         )  # fmt: skip
 
     def is_auto(self, args):
-        return self.which == "ours" and (self.precision, bool(self.jit)) == args.auto_path[:2]
+        return (
+            self.which.startswith("ours") and (self.precision, bool(self.jit)) == args.auto_path[:2]
+        )
 
     def name(self, args):
         return self.label + (" *" if self.is_auto(args) else "")
@@ -383,6 +437,18 @@ def main():
         help="Our rows: main (float32 XLA, bfloat16 with and without XLA), all (also float32 "
         "without XLA) or default (only run_pretraining's default path).",
     )
+    parser.add_argument(
+        "--ours_backend",
+        choices=("tensorflow", "jax"),
+        help="Keras backend of our rows (default: tensorflow; on --device=gpu, jax when "
+        "TensorFlow is not installed, as on the lent GPU machines).",
+    )
+    parser.add_argument(
+        "--parallel_start",
+        type=int,
+        choices=(0, 1),
+        help="Build and warm up every row at once (default: 1 on --device=gpu, else 0).",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--precision", default="float32", help=argparse.SUPPRESS)
     parser.add_argument("--jit", type=int, default=1, help=argparse.SUPPRESS)
@@ -400,6 +466,11 @@ def compare(args, config_values):
     gpu = args.device == "gpu"
     args.precisions = args.precisions or ("bfloat16" if gpu else "float32,bfloat16")
     args.auto_path = auto_path(args.device)
+    if args.ours_backend is None:
+        no_tensorflow = importlib.util.find_spec("tensorflow") is None
+        args.ours_backend = "jax" if gpu and no_tensorflow else "tensorflow"
+    if args.parallel_start is None:
+        args.parallel_start = int(gpu)
     print(f"Training step, {os.path.basename(args.config)}, global batch {args.batch}, ")
     print(f"seq {args.seq}, {os.cpu_count()} cores, median of {args.steps} interleaved steps")
     print(f"CPU: {cpu_model()}")
@@ -411,13 +482,13 @@ def compare(args, config_values):
             sys.exit("--device=gpu: nvidia-smi finds no NVIDIA GPU here.")
         print(f"GPU: {name}, bf16 peak {peak or 'unknown (pass --peak_tflops)'} TFLOP/s")
     print()
-    rows = []
+    rows, started = [], []
     for which, label, precision, jit in planned_rows(args):
-        row = Row(which, label, precision, args, jit)
-        if row.read(args.row_timeout):
-            rows.append(row)
-        else:
-            print(f"{row.name(args):36s} {precision:10s} {row.error}")
+        started.append(Row(which, label, precision, args, jit))
+        if not args.parallel_start:
+            rows += wait_ready(started[-1:], args)
+    if args.parallel_start:  # the rows compile at once (a GPU machine's many cores)
+        rows = wait_ready(started, args)
     for _ in range(args.steps):
         for row in rows:
             slow = row.times and row.times[-1] > args.max_step_seconds
@@ -450,6 +521,18 @@ def compare(args, config_values):
     print(ratio_lines(results, args))
 
 
+def wait_ready(started, args):
+    """The rows of `started` that build and warm up within `--row_timeout` seconds."""
+    ready = []
+    deadline = time.monotonic() + args.row_timeout
+    for row in started:
+        if row.read(max(1.0, deadline - time.monotonic())):
+            ready.append(row)
+        else:
+            print(f"{row.name(args):36s} {row.precision:10s} {row.error}")
+    return ready
+
+
 def mfu_percent(flops, rate, batch, peak):
     """Model FLOPs utilisation as text: `flops` per step at `rate` sequences/s of `batch`."""
     if not peak:
@@ -459,8 +542,8 @@ def mfu_percent(flops, rate, batch, peak):
 
 def ratio_lines(results, args):
     """The best-ours / best-peer line (and the default path's), from {Row: seq/s}."""
-    ours = {row: rate for row, rate in results.items() if row.which == "ours"}
-    peers = {row: rate for row, rate in results.items() if row.which != "ours"}
+    ours = {row: rate for row, rate in results.items() if row.which.startswith("ours")}
+    peers = {row: rate for row, rate in results.items() if not row.which.startswith("ours")}
     if not ours or not peers:
         return ""
     best_ours, best_peer = max(ours, key=ours.get), max(peers, key=peers.get)
