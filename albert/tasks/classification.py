@@ -9,7 +9,7 @@ accuracy; CoLA Matthews correlation; MRPC/QQP F1; STS-B Pearson, Spearman and MS
 best checkpoint is kept by the task's main metric (Matthews for CoLA, Pearson for STS-B,
 accuracy otherwise). Predictions write `test_results.tsv` (class probabilities, or the
 score), the GLUE server's file (`CoLA.tsv`, `MNLI-m.tsv`, `AX.tsv`, ...) and the same lines
-as `submit_results.tsv`, the original's name. AX has only a test set: predict it with
+as `submit_results.tsv`, the original's name (`albert.tasks.glue_submission`). AX has only a test set: predict it with
 `--task_name=ax --do_predict --init_checkpoint=<the output_dir of an MNLI run>`.
 """
 
@@ -21,16 +21,14 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from albert import fileio
 from albert.data import glue
 from albert.metrics import glue as glue_metrics
 from albert.modeling import AlbertBackbone, AlbertClassifier
-from albert.tasks import engine, hyperparameters
+from albert.tasks import engine, glue_submission, hyperparameters
 from albert.tasks import flags as finetuning_flags
 from albert.training import flags as training_flags
 
 SPLITS = {engine.TRAIN: "train", engine.EVAL: "dev", engine.PREDICT: "test"}
-SUBMIT_RESULTS_FILE = "submit_results.tsv"
 
 
 class GlueTask(engine.FineTuningTask):
@@ -127,12 +125,7 @@ class GlueTask(engine.FineTuningTask):
         logits = predictions["logits"]  # [N, C]
         examples = glue.read_examples(self.glue.name, self.data_dir, "test")
         outputs = logits[:, 0] if self.glue.is_regression else softmax(logits)
-        paths = [glue_metrics.write_test_results(output_dir, outputs)]
-        submission = glue_metrics.write_submission(output_dir, self.glue.name, examples, outputs)
-        submit_results = tf.io.gfile.join(output_dir, SUBMIT_RESULTS_FILE)
-        with fileio.atomic_path(submit_results) as temporary:
-            tf.io.gfile.copy(submission, temporary, overwrite=True)
-        return [*paths, submission, submit_results]
+        return glue_submission.write_glue_predictions(output_dir, self.glue.name, examples, outputs)
 
     def export_saved_model(self, model, export_dir):
         from albert.export import export_classifier
