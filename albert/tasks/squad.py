@@ -12,7 +12,7 @@ predicts and, when the file has answers, evaluates it). Evaluation post-processe
 (`albert.data.squad_postprocessing`) and scores with the official SQuAD evaluation
 (`albert.metrics.squad`): `exact` and `f1` (v1.1); for v2.0 also the HasAns/NoAns splits and
 the best thresholds, with the null threshold tuned on that file (`null_score_diff_threshold`,
-the `best_f1_thresh`) and `exact`/`f1` reported at it. The best checkpoint is kept by `f1`.
+the `best_f1_thresh`, by `albert.metrics.squad_threshold`) and `exact`/`f1` reported at it. The best checkpoint is kept by `f1`.
 Prediction writes `predictions.json`, `nbest_predictions.json` and (v2.0) `null_odds.json`;
 v2.0 answers are nulled above `--null_score_diff_threshold` when given, else above the
 threshold tuned in this run's evaluation (or tuned now, when the file has answers), else 0.
@@ -28,6 +28,7 @@ from absl import logging
 
 from albert.data import squad, squad_postprocessing
 from albert.metrics import squad as squad_metrics
+from albert.metrics.squad_threshold import tune_null_threshold
 from albert.modeling import AlbertBackbone, AlbertQuestionAnswering
 from albert.tasks import engine
 
@@ -211,7 +212,7 @@ class SquadTask(engine.FineTuningTask):
         answers, _, null_odds = self.answers(predictions, engine.EVAL)
         if not self.version_2_with_negative:
             return dict(squad_metrics.evaluate_v1(dataset, answers))
-        tuned = squad_postprocessing.tune_null_threshold(dataset, answers, null_odds)
+        tuned = tune_null_threshold(dataset, answers, null_odds)
         self.tuned_null_threshold = float(tuned.threshold)
         return {**tuned.evaluation, "null_score_diff_threshold": self.tuned_null_threshold}
 

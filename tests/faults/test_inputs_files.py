@@ -15,6 +15,7 @@ from albert.data import race, squad, squad_postprocessing
 from albert.data.glue import InputExample
 from albert.metrics import squad as squad_metrics
 from albert.metrics import write_eval_results
+from albert.metrics.squad_threshold import tune_null_threshold
 from albert.tasks import glue_submission
 
 
@@ -55,7 +56,7 @@ def test_squad_threshold_rewrite_and_eval_read_ram(ram_dir):
     fileio.write_text(f"{ram_dir}/dev.json", json.dumps({"version": "v2.0", "data": dataset}))
     loaded = squad_metrics.load_json(f"{ram_dir}/dev.json", "SQuAD dataset file")
     assert loaded["data"] == dataset
-    tuned = squad_postprocessing.tune_null_threshold(
+    tuned = tune_null_threshold(
         dataset, {"q1": "Paris", "q2": "big"}, {"q1": -5.0, "q2": 3.0}, output_dir=ram_dir
     )
     assert json.loads(_read(f"{ram_dir}/predictions.json")) == tuned.predictions
