@@ -15,7 +15,8 @@ the best thresholds, with the null threshold tuned on that file (`null_score_dif
 the `best_f1_thresh`, by `albert.metrics.squad_threshold`) and `exact`/`f1` reported at it. The best checkpoint is kept by `f1`.
 Prediction writes `predictions.json`, `nbest_predictions.json` and (v2.0) `null_odds.json`;
 v2.0 answers are nulled above `--null_score_diff_threshold` when given, else above the
-threshold tuned in this run's evaluation (or tuned now, when the file has answers), else 0.
+threshold tuned by the final evaluation (of the weights that predict; or tuned now, when the
+file has answers), else 0.
 
 Shape letters: B batch, T max_seq_length, K start_n_top, K' end_n_top.
 """
@@ -80,7 +81,6 @@ class SquadTask(engine.FineTuningTask):
         self.n_best_size, self.max_answer_length = n_best_size, max_answer_length
         self.start_n_top, self.end_n_top = start_n_top, end_n_top
         self.null_score_diff_threshold = null_score_diff_threshold
-        self.tuned_null_threshold = None
         self.dropout_rate = dropout_rate
         if not isinstance(cached_dir, dict):
             cached_dir = dict.fromkeys((engine.TRAIN, engine.EVAL, engine.PREDICT), cached_dir)
@@ -213,22 +213,23 @@ class SquadTask(engine.FineTuningTask):
         if not self.version_2_with_negative:
             return dict(squad_metrics.evaluate_v1(dataset, answers))
         tuned = tune_null_threshold(dataset, answers, null_odds)
-        self.tuned_null_threshold = float(tuned.threshold)
-        return {**tuned.evaluation, "null_score_diff_threshold": self.tuned_null_threshold}
+        return {**tuned.evaluation, "null_score_diff_threshold": float(tuned.threshold)}
 
     def null_threshold_for_predictions(self, predictions):
-        """The v2 threshold of `write_predictions` (see the module doc)."""
+        """The v2 threshold of `write_predictions` (see the module doc): the flag's, else the
+        one tuned by the final evaluation (of the weights that predict), else one tuned now."""
         if self.null_score_diff_threshold is not None:
             return self.null_score_diff_threshold
-        if self.tuned_null_threshold is None and self.gold_dataset(engine.PREDICT):
-            self.evaluate_predictions(predictions)
-        if self.tuned_null_threshold is None:
+        evaluation = self.final_evaluation
+        if evaluation is None and self.gold_dataset(engine.PREDICT):
+            evaluation = self.evaluate_predictions(predictions)
+        if evaluation is None:
             logging.warning(
                 "No null threshold tuned (the predict file has no answers): using 0.0; "
                 "pass --null_score_diff_threshold tuned on dev."
             )
             return 0.0
-        return self.tuned_null_threshold
+        return evaluation["null_score_diff_threshold"]
 
     def write_predictions(self, predictions, output_dir):
         threshold = None
