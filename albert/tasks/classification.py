@@ -24,7 +24,7 @@ from absl import flags
 from albert.data import glue
 from albert.metrics import glue as glue_metrics
 from albert.modeling import AlbertBackbone, AlbertClassifier
-from albert.tasks import engine, glue_submission, hyperparameters
+from albert.tasks import engine, glue_submission
 from albert.tasks import flags as finetuning_flags
 from albert.training import flags as training_flags
 
@@ -187,6 +187,24 @@ def define_classifier_flags(flag_values=flags.FLAGS):
     )
 
 
+def glue_task_key(flag_values):
+    """Checks the GLUE flags as given; returns the task's canonical name (its table row).
+
+    Raises:
+        FlagError, GlueDataError: no or an unknown --task_name, no --data_dir, or AX with
+            --do_train / --do_eval.
+    """
+    training_flags.require(flag_values, "task_name")
+    task_name = glue.get_task(flag_values.task_name).name
+    training_flags.require(flag_values, "data_dir")
+    if task_name == "ax" and (flag_values.do_train or flag_values.do_eval):
+        raise training_flags.FlagError(
+            "AX has only a test set: pass --do_predict alone, with --init_checkpoint set to "
+            "the output_dir of an MNLI run (--task_name=mnli)."
+        )
+    return task_name
+
+
 def run_from_flags(flag_values):
     """run_classifier.py: flags -> strategy, task, engine. Returns the final eval metrics.
 
@@ -194,27 +212,12 @@ def run_from_flags(flag_values):
         FlagError, GlueDataError, TokenizerError, CheckpointError...: user errors, each one
             sentence naming the flag or file.
     """
-    training_flags.require(flag_values, "task_name")
-    task_name = glue.get_task(flag_values.task_name).name
-    finetuning_flags.check_finetuning_flags(flag_values)
-    training_flags.require(flag_values, "data_dir")
-    if task_name == "ax" and (flag_values.do_train or flag_values.do_eval):
-        raise training_flags.FlagError(
-            "AX has only a test set: pass --do_predict alone, with --init_checkpoint set to "
-            "the output_dir of an MNLI run (--task_name=mnli)."
-        )
-    hyperparameters.fill_from_table(flag_values, task_name)
-    tokenizer = finetuning_flags.tokenizer_from_flags(flag_values)
-    config = finetuning_flags.config_from_flags(flag_values)
-    finetuning_flags.check_vocabulary(tokenizer, config)
-    options = training_flags.run_options_from_flags(flag_values)
-    # MultiWorkerMirroredStrategy must exist before any other TensorFlow op runs.
-    strategy, _, _ = training_flags.strategy_from_flags(flag_values)
+    setup = finetuning_flags.setup_from_flags(flag_values, glue_task_key)
     task = GlueTask(
-        task_name,
+        setup.task_key,
         flag_values.data_dir,
-        tokenizer,
-        config,
+        setup.tokenizer,
+        setup.config,
         max_seq_length=flag_values.max_seq_length,
         train_batch_size=flag_values.train_batch_size,
         eval_batch_size=flag_values.eval_batch_size,
@@ -225,4 +228,4 @@ def run_from_flags(flag_values):
             None if math.isnan(flag_values.threshold_to_export) else flag_values.threshold_to_export
         ),
     )
-    return engine.run_with_flags(task, strategy, options, flag_values)
+    return engine.run_with_flags(task, setup.strategy, setup.options, flag_values)
