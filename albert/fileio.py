@@ -11,6 +11,7 @@ import this module.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import uuid
 
@@ -105,6 +106,15 @@ def write_bytes(path: str, data: bytes) -> None:
     """Writes `data` to `path` atomically."""
     with atomic_open(path, "wb") as f:
         f.write(data)
+
+
+def write_json(path: str, content) -> None:
+    """Writes `content` as JSON (indent 4, non-ASCII kept, a final newline) atomically.
+
+    The text is made before anything is written, so content that is not JSON leaves `path`
+    as it was.
+    """
+    write_text(path, json.dumps(content, indent=4, ensure_ascii=False) + "\n")
 
 
 @contextlib.contextmanager

@@ -12,15 +12,8 @@ its windows (a window that sees the answer pulls it down), as in the original:
 `accumulate_predictions_v2` takes that minimum and appends it to a list per question, and
 `write_predictions_v2` divides the list's sum by its length, a mean over the one entry that
 run_squad_v2.py ever puts there (fresh dicts, one accumulate call per checkpoint). It is
-written to `null_odds.json`; the prediction is "" when it exceeds `null_score_diff_threshold`.
-On dev, `tune_null_threshold` picks the threshold as the official evaluation's
-`best_f1_thresh` and scores the thresholded predictions as the original's `evaluate_v2` does:
-with the official evaluation's `na_prob_thresh` of 1.0 applied to the null scores, which are
-raw answer-class logits here, not probabilities. So an answer whose null score is above 1.0
-counts as "no answer" in the reported `exact`/`f1` even when the tuned threshold keeps it in
-`predictions.json`; the two differ only when the tuned threshold is above 1.0. These are the
-numbers the official v2.0 script prints for our `predictions.json` with
-`--na-prob-file null_odds.json`.
+written to `null_odds.json`; the prediction is "" when it exceeds `null_score_diff_threshold`,
+which evaluation chooses on dev (`albert.metrics.squad_threshold.tune_null_threshold`).
 
 Every answer is `context_text[first:last + 1].strip()`, the characters of its tokens in the
 original context (see `albert.data.squad_alignment`); duplicates in the n-best are dropped.
@@ -28,10 +21,9 @@ original context (see `albert.data.squad_alignment`); duplicates in the n-best a
 Two small departures from the original, both deliberate: a v1 question with no valid span
 gets "" (the original writes the word "empty", which is not in the context), and a v2 answer
 is nulled when its null score is strictly above the threshold, the official evaluation's
-rule (the original also nulls it at equality), so that `tune_null_threshold`'s predictions
-score the `best_f1` the evaluation reports (exactly, unless several questions share the
-threshold's null score). `write_predictions` writes the same three JSON files as the
-original.
+rule (the original also nulls it at equality), so that the tuned threshold's predictions
+score the `best_f1` the evaluation reports. `write_predictions` writes the same three JSON
+files as the original.
 
 Typical use by a prediction loop:
 
@@ -47,14 +39,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import os
 
 import numpy as np
 
 from albert import fileio
 from albert.errors import AlbertError
-from albert.metrics import squad as squad_metrics
 
 
 class SquadPredictionError(AlbertError):
@@ -215,7 +205,8 @@ def compute_predictions_v2(
             "end_top_log_probs", "end_top_index" [start_n_top * end_n_top], "cls_logits"}.
         n_best_size, max_answer_length: as `compute_predictions_v1`.
         null_score_diff_threshold: predict "" when the null score exceeds it; None always
-            predicts the best non-null answer (what `tune_null_threshold` needs).
+            predicts the best non-null answer (what
+            `albert.metrics.squad_threshold.tune_null_threshold` needs).
 
     Returns:
         (predictions, nbest, null_odds): OrderedDicts question id -> text; -> list of
@@ -277,64 +268,5 @@ def write_predictions(output_dir, predictions, nbest, null_odds=None) -> dict:
     paths = {}
     for kind, content in contents.items():
         paths[kind] = os.path.join(output_dir, names[kind])
-        fileio.write_text(paths[kind], _json_text(content))
+        fileio.write_json(paths[kind], content)
     return paths
-
-
-def _json_text(content) -> str:
-    return json.dumps(content, indent=4, ensure_ascii=False) + "\n"
-
-
-def apply_null_threshold(predictions, null_odds, threshold) -> dict:
-    """Predictions with "" wherever the null odds exceed `threshold` (the official rule)."""
-    return collections.OrderedDict(
-        (qid, "" if null_odds[qid] > threshold else text) for qid, text in predictions.items()
-    )
-
-
-@dataclasses.dataclass
-class NullThreshold:
-    """What `tune_null_threshold` returns.
-
-    Attributes:
-        threshold: the chosen null score threshold.
-        predictions: the predictions with it applied.
-        evaluation: `albert.metrics.squad.evaluate_v2` at that threshold (with best_*).
-    """
-
-    threshold: float
-    predictions: dict
-    evaluation: dict
-
-
-def tune_null_threshold(
-    dataset, predictions, null_odds, output_dir=None, metric="f1", na_prob_thresh=1.0
-):
-    """Chooses the null threshold on dev data and scores it as the original's `evaluate_v2`.
-
-    Args:
-        dataset: the `"data"` list of the dev SQuAD 2.0 file.
-        predictions: best non-null answers (`compute_predictions_v2` with no threshold).
-        null_odds: question id -> null score.
-        output_dir: when given, `predictions.json` there is rewritten with the threshold.
-        metric: "f1" (the original's choice, `best_f1_thresh`) or "exact".
-        na_prob_thresh: the official evaluation's threshold, applied to the null scores when
-            scoring the thresholded predictions (not to `predictions`): 1.0 as the original
-            (an answer with a null score above 1.0 scores as "no answer"); None scores the
-            predictions alone, so that `f1` equals `best_f1`.
-
-    Returns:
-        A `NullThreshold`. Its `best_*` are those of the search, which thresholding at the
-        searched value does not change.
-    """
-    if metric not in ("f1", "exact"):
-        raise ValueError(f"metric must be 'f1' or 'exact'; received {metric!r}.")
-    evaluation = squad_metrics.evaluate_v2(dataset, predictions, null_odds)
-    threshold = evaluation[f"best_{metric}_thresh"]
-    thresholded = apply_null_threshold(predictions, null_odds, threshold)
-    if na_prob_thresh is None:
-        na_prob_thresh = threshold  # Nulls exactly what thresholding nulled already.
-    evaluation = squad_metrics.evaluate_v2(dataset, thresholded, null_odds, na_prob_thresh)
-    if output_dir:
-        fileio.write_text(os.path.join(output_dir, "predictions.json"), _json_text(thresholded))
-    return NullThreshold(threshold, thresholded, evaluation)

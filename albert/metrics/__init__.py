@@ -1,10 +1,12 @@
 """Evaluation metrics and the result files every fine-tuning task writes.
 
-`albert.metrics.glue` holds the GLUE metrics (numpy only) and GLUE's prediction files,
-`albert.metrics.squad` the official SQuAD evaluation; this module holds what every task
-shares: `eval_results.txt`, one `key = value` line per metric. TensorFlow (for `tf.io.gfile`,
-so results can go to any file system the run writes checkpoints to) is imported only when a
-file is written, so that importing a metric stays light.
+`albert.metrics.glue` holds the GLUE metrics (numpy only), `albert.metrics.squad` the
+official SQuAD evaluation and `albert.metrics.squad_threshold` the SQuAD 2.0 null threshold
+chosen on dev; this module holds what every task shares: `eval_results.txt`, one
+`key = value` line per metric, written by the training loop after each evaluation and by the
+fine-tuning engine for its final weights. TensorFlow (for `tf.io.gfile`, so results can go to
+any file system the run writes checkpoints to) is imported only when a file is written, so
+that importing a metric stays light.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""GLUE metrics (numpy only) and the prediction files a GLUE run writes.
+"""GLUE metrics (numpy only).
 
 Metrics by task, as `compute_metrics` returns them:
 
@@ -12,27 +12,15 @@ The main metric picks the best checkpoint. It follows the original `run_classifi
 paper reports; the GLUE leaderboard scores MRPC and QQP by the mean of F1 and accuracy, and
 both are reported. Correlations of a constant input are undefined; they are 0.0 here (as
 scikit-learn does for Matthews), so a collapsed model is never the best checkpoint by NaN.
-
-Prediction files, in `output_dir`:
-- `test_results.tsv`: one row per test example, its class probabilities (for STS-B, the
-  predicted score) separated by tabs, as the original writes them.
-- The GLUE submission file named as the server expects (`CoLA.tsv`, `MNLI-m.tsv`,
-  `MNLI-mm.tsv`, `AX.tsv`, ...): `index<TAB>prediction`, the label string of the predicted
-  class, or for STS-B the score clipped to [0, 5] with 3 decimals. The original writes the
-  same content to `submit_results.tsv`, unclipped for STS-B.
+Task names resolve through `albert.glue_tasks`; the test-set files are written by
+`albert.tasks.glue_submission`.
 """
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from albert import fileio
-from albert.data.glue import GlueDataError, get_task
-
-TEST_RESULTS_FILE = "test_results.tsv"
-STSB_MIN_SCORE, STSB_MAX_SCORE = 0.0, 5.0
+from albert.glue_tasks import GlueDataError, get_task
 
 
 def accuracy(predictions, labels):
@@ -161,58 +149,3 @@ def compute_metrics(task_name, predictions, labels, weights=None):
     if task.name in ("mrpc", "qqp"):
         results["f1"] = f1_score(predictions, labels)
     return results
-
-
-def write_test_results(output_dir, outputs):
-    """Writes `test_results.tsv`: one row per example, its outputs separated by tabs.
-
-    Args:
-        output_dir: directory (any `tf.io.gfile` file system); created if needed.
-        outputs: [N, C] class probabilities, or [N] / [N, 1] scores (STS-B), of the real
-            examples only (padding dropped). Values are written as float32 in the shortest
-            form that reads back exactly.
-
-    Returns:
-        The path written.
-    """
-    outputs = np.asarray(outputs, np.float32)
-    outputs = outputs.reshape(len(outputs), -1)  # [N, C]
-    lines = ["\t".join(str(value) for value in row) + "\n" for row in outputs]
-    return _write_lines(os.path.join(output_dir, TEST_RESULTS_FILE), lines)
-
-
-def write_submission(output_dir, task_name, examples, predictions):
-    """Writes the GLUE server's file for a task's test predictions (e.g. `MNLI-m.tsv`).
-
-    Args:
-        output_dir: directory (any `tf.io.gfile` file system); created if needed.
-        task_name: a `--task_name`.
-        examples: the test `InputExample`s (their `guid` is the GLUE index), in order.
-        predictions: [N] class ids or [N, C] scores; for STS-B [N] or [N, 1] scores.
-
-    Returns:
-        The path written.
-
-    Raises:
-        GlueDataError: the number of predictions differs from the number of examples.
-    """
-    task = get_task(task_name)
-    predictions = class_predictions(task, predictions)
-    if len(predictions) != len(examples):
-        raise GlueDataError(
-            f"{len(predictions)} predictions for {len(examples)} {task.name} test examples; "
-            "drop the padding examples (is_real_example 0) before writing."
-        )
-    if task.is_regression:
-        clipped = np.clip(predictions, STSB_MIN_SCORE, STSB_MAX_SCORE)
-        values = [f"{score:.3f}" for score in clipped]
-    else:
-        values = [task.labels[class_id] for class_id in predictions]
-    lines = ["index\tprediction\n"]
-    lines += [f"{example.guid}\t{value}\n" for example, value in zip(examples, values, strict=True)]
-    return _write_lines(os.path.join(output_dir, task.submission_file), lines)
-
-
-def _write_lines(path, lines):
-    fileio.write_text(path, "".join(lines))
-    return path

@@ -2,8 +2,10 @@
 
 engine.py           `FineTuningTask` (the interface) and `run` (train, eval, predict, export)
 classification.py   GLUE: every task, classification and STS-B regression (run_classifier.py)
+glue_submission.py  GLUE's test-set files: test_results.tsv and the server's submission file
 squad.py            SQuAD 1.1 and 2.0 (run_squad.py)
 race.py             RACE, multiple choice (run_race.py)
-flags.py            flags shared by the fine-tuning scripts, declared once
+flags.py            flags shared by the fine-tuning scripts, declared once, and
+                    `setup_from_flags`: checks, table defaults, tokenizer, config, strategy
 hyperparameters.py  the paper's per-task hyperparameters, the defaults of unset flags
 """

@@ -9,7 +9,7 @@ accuracy; CoLA Matthews correlation; MRPC/QQP F1; STS-B Pearson, Spearman and MS
 best checkpoint is kept by the task's main metric (Matthews for CoLA, Pearson for STS-B,
 accuracy otherwise). Predictions write `test_results.tsv` (class probabilities, or the
 score), the GLUE server's file (`CoLA.tsv`, `MNLI-m.tsv`, `AX.tsv`, ...) and the same lines
-as `submit_results.tsv`, the original's name. AX has only a test set: predict it with
+as `submit_results.tsv`, the original's name (`albert.tasks.glue_submission`). AX has only a test set: predict it with
 `--task_name=ax --do_predict --init_checkpoint=<the output_dir of an MNLI run>`.
 """
 
@@ -21,16 +21,14 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from albert import fileio
 from albert.data import glue
 from albert.metrics import glue as glue_metrics
 from albert.modeling import AlbertBackbone, AlbertClassifier
-from albert.tasks import engine, hyperparameters
+from albert.tasks import engine, glue_submission
 from albert.tasks import flags as finetuning_flags
 from albert.training import flags as training_flags
 
 SPLITS = {engine.TRAIN: "train", engine.EVAL: "dev", engine.PREDICT: "test"}
-SUBMIT_RESULTS_FILE = "submit_results.tsv"
 
 
 class GlueTask(engine.FineTuningTask):
@@ -127,12 +125,7 @@ class GlueTask(engine.FineTuningTask):
         logits = predictions["logits"]  # [N, C]
         examples = glue.read_examples(self.glue.name, self.data_dir, "test")
         outputs = logits[:, 0] if self.glue.is_regression else softmax(logits)
-        paths = [glue_metrics.write_test_results(output_dir, outputs)]
-        submission = glue_metrics.write_submission(output_dir, self.glue.name, examples, outputs)
-        submit_results = tf.io.gfile.join(output_dir, SUBMIT_RESULTS_FILE)
-        with fileio.atomic_path(submit_results) as temporary:
-            tf.io.gfile.copy(submission, temporary, overwrite=True)
-        return [*paths, submission, submit_results]
+        return glue_submission.write_glue_predictions(output_dir, self.glue.name, examples, outputs)
 
     def export_saved_model(self, model, export_dir):
         from albert.export import export_classifier
@@ -194,6 +187,24 @@ def define_classifier_flags(flag_values=flags.FLAGS):
     )
 
 
+def glue_task_key(flag_values):
+    """Checks the GLUE flags as given; returns the task's canonical name (its table row).
+
+    Raises:
+        FlagError, GlueDataError: no or an unknown --task_name, no --data_dir, or AX with
+            --do_train / --do_eval.
+    """
+    training_flags.require(flag_values, "task_name")
+    task_name = glue.get_task(flag_values.task_name).name
+    training_flags.require(flag_values, "data_dir")
+    if task_name == "ax" and (flag_values.do_train or flag_values.do_eval):
+        raise training_flags.FlagError(
+            "AX has only a test set: pass --do_predict alone, with --init_checkpoint set to "
+            "the output_dir of an MNLI run (--task_name=mnli)."
+        )
+    return task_name
+
+
 def run_from_flags(flag_values):
     """run_classifier.py: flags -> strategy, task, engine. Returns the final eval metrics.
 
@@ -201,27 +212,12 @@ def run_from_flags(flag_values):
         FlagError, GlueDataError, TokenizerError, CheckpointError...: user errors, each one
             sentence naming the flag or file.
     """
-    training_flags.require(flag_values, "task_name")
-    task_name = glue.get_task(flag_values.task_name).name
-    finetuning_flags.check_finetuning_flags(flag_values)
-    training_flags.require(flag_values, "data_dir")
-    if task_name == "ax" and (flag_values.do_train or flag_values.do_eval):
-        raise training_flags.FlagError(
-            "AX has only a test set: pass --do_predict alone, with --init_checkpoint set to "
-            "the output_dir of an MNLI run (--task_name=mnli)."
-        )
-    hyperparameters.fill_from_table(flag_values, task_name)
-    tokenizer = finetuning_flags.tokenizer_from_flags(flag_values)
-    config = finetuning_flags.config_from_flags(flag_values)
-    finetuning_flags.check_vocabulary(tokenizer, config)
-    options = training_flags.run_options_from_flags(flag_values)
-    # MultiWorkerMirroredStrategy must exist before any other TensorFlow op runs.
-    strategy, _, _ = training_flags.strategy_from_flags(flag_values)
+    setup = finetuning_flags.setup_from_flags(flag_values, glue_task_key)
     task = GlueTask(
-        task_name,
+        setup.task_key,
         flag_values.data_dir,
-        tokenizer,
-        config,
+        setup.tokenizer,
+        setup.config,
         max_seq_length=flag_values.max_seq_length,
         train_batch_size=flag_values.train_batch_size,
         eval_batch_size=flag_values.eval_batch_size,
@@ -232,4 +228,4 @@ def run_from_flags(flag_values):
             None if math.isnan(flag_values.threshold_to_export) else flag_values.threshold_to_export
         ),
     )
-    return engine.run_with_flags(task, strategy, options, flag_values)
+    return engine.run_with_flags(task, setup.strategy, setup.options, flag_values)

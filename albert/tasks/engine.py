@@ -23,7 +23,10 @@ the predict pass and the final outputs. `run` does, in order:
     --do_train    albert.training.loop.run: a checkpoint every save_checkpoints_steps, and
                   with --do_eval an evaluation after each, keeping `model.ckpt-best` by the
                   task's `best_metric` (as the original run_classifier.py does)
-    --do_eval     the final evaluation of the weights predictions use: eval_results.txt
+    --do_eval     the final evaluation of the weights predictions use: eval_results.txt.
+                  After --do_train those weights are a checkpoint the loop has evaluated
+                  (`model.ckpt-best`, or the last one): its metrics are reused, so dev is
+                  read once per evaluated checkpoint, not once more at the end
     --do_predict  the task's prediction files, from the same weights
     --export_dir  the task's SavedModel, from the same weights
 
@@ -137,6 +140,11 @@ class FineTuningTask(TrainingTask):
         self.tokens_per_example = max_seq_length
         self._features = {}
         self._predictors = {}
+        # Metrics of every checkpoint the training loop evaluated in this process, by step.
+        self.evaluations = {}
+        # The eval metrics (with `global_step`) of the weights that predict and export use,
+        # once `run` has them; e.g. SQuAD 2.0 predicts with the null threshold tuned there.
+        self.final_evaluation = None
 
     # --- What a task supplies --------------------------------------------------------
 
@@ -295,6 +303,11 @@ class FineTuningTask(TrainingTask):
     def evaluate(self, model, strategy, steps_per_call=1):
         """The loop's eval hook: exact metrics from a full predict pass over EVAL."""
         return self.evaluate_predictions(self.predict(model, strategy, EVAL, steps_per_call))
+
+    def record_evaluation(self, step, checkpoint_path, metrics):
+        """Keeps the loop's metrics of each saved checkpoint, for `run`'s final evaluation."""
+        if checkpoint_path:
+            self.evaluations[step] = dict(metrics)
 
     # --- Weights ---------------------------------------------------------------------
 
@@ -508,7 +521,8 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
     chief = is_chief(strategy)
     steps_per_call = options.iterations_per_loop
     if options.do_eval:
-        results = {"global_step": step, **task.evaluate(model, strategy, steps_per_call)}
+        results = {"global_step": step, **_final_metrics(task, model, strategy, step, options)}
+        task.final_evaluation = results
         logging.info(
             "Final eval of %s: %s", path, " | ".join(f"{k} {v}" for k, v in results.items())
         )
@@ -522,3 +536,12 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
     if export_dir and chief:
         logging.info("SavedModel written to %s.", task.export_saved_model(model, export_dir))
     return results
+
+
+def _final_metrics(task, model, strategy, step, options):
+    """The eval metrics of the final weights (global step `step`, loaded in `model`): those
+    the training loop computed for that checkpoint in this process, else a predict pass."""
+    if step in task.evaluations:
+        logging.info("Final eval: the weights of step %d, evaluated during training.", step)
+        return task.evaluations[step]
+    return task.evaluate(model, strategy, options.iterations_per_loop)

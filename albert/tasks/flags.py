@@ -1,25 +1,43 @@
-"""Flags every fine-tuning script shares (run_classifier.py, run_squad.py, run_race.py).
+"""Flags every fine-tuning script shares (run_classifier.py, run_squad.py, run_race.py), and
+the set-up all three build from them (`setup_from_flags`).
 
 They reuse the engine's flags (`albert.training.flags`) with the original fine-tuning
 defaults (AdamW, eval and predict batches of 8, a checkpoint every 1000 steps) and add the
-original's tokenizer and prediction flags. The original names `--train_step` and
-`--warmup_step` are aliases of the engine's `--num_train_steps` and `--num_warmup_steps`.
+original's tokenizer and prediction flags. Names the original scripts gave some of these flags
+are aliases (`ORIGINAL_ALIASES`): `--train_step` and `--warmup_step` of the engine's
+`--num_train_steps` and `--num_warmup_steps` in every script, and run_squad's and run_race's
+`--dropout_prob` of `--classifier_dropout_prob`, the one dropout flag of the task head.
 Flags of the paper's table default to None and are filled from the task's row
 (`albert.tasks.hyperparameters.fill_from_table`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from absl import flags, logging
 
+from albert.tasks import hyperparameters
 from albert.training import flags as training_flags
 from albert.training.flags import FLAGS, FlagError
 
+# The original scripts' names of flags declared here: each is the same flag under both names.
+ORIGINAL_ALIASES = {
+    "train_step": "num_train_steps",
+    "warmup_step": "num_warmup_steps",
+    "dropout_prob": "classifier_dropout_prob",
+    "num_keep_checkpoint": "keep_checkpoint_max",
+}
 
-def define_finetuning_flags(flag_values=FLAGS):
-    """Declares the flags of a fine-tuning script (see the module doc)."""
+
+def define_finetuning_flags(flag_values=FLAGS, aliases=("train_step", "warmup_step")):
+    """Declares the flags of a fine-tuning script (see the module doc).
+
+    Args:
+        flag_values: the `absl.flags.FlagValues` to declare them in.
+        aliases: the keys of `ORIGINAL_ALIASES` the script's original declares.
+    """
     training_flags.define_run_flags(
         train_batch_size=None, eval_batch_size=8, max_seq_length=None, flag_values=flag_values
     )
@@ -30,8 +48,6 @@ def define_finetuning_flags(flag_values=FLAGS):
         num_warmup_steps=None,
         flag_values=flag_values,
     )
-    flags.DEFINE_alias("train_step", "num_train_steps", flag_values=flag_values)
-    flags.DEFINE_alias("warmup_step", "num_warmup_steps", flag_values=flag_values)
     training_flags.define_checkpoint_flags(
         save_checkpoints_steps=1000,
         keep_checkpoint_max=5,
@@ -63,6 +79,63 @@ def define_finetuning_flags(flag_values=FLAGS):
          "fetched (tfhub.dev is gone): download the module and pass its folder."),
     ):  # fmt: skip
         define(name, default, help_text, flag_values=flag_values)
+    for alias in aliases:
+        flags.DEFINE_alias(alias, ORIGINAL_ALIASES[alias], flag_values=flag_values)
+
+
+@dataclasses.dataclass(frozen=True)
+class FineTuningSetup:
+    """What a fine-tuning script builds from its flags before its task (`setup_from_flags`).
+
+    Attributes:
+        task_key: the task's row of the paper's table (`albert.tasks.hyperparameters`).
+        tokenizer: the `albert.tokenization.FullTokenizer` of the vocabulary flags.
+        config: the model's `AlbertConfig`, with --albert_dropout_prob applied.
+        options: the run's `albert.training.loop.RunOptions`.
+        strategy: the `tf.distribute.Strategy` of the strategy flags.
+    """
+
+    task_key: str
+    tokenizer: object
+    config: object
+    options: object
+    strategy: object
+
+
+def setup_from_flags(flag_values, task_key_from_flags, check_filled_flags=None):
+    """The start every fine-tuning script shares, in this order:
+
+    1. `check_finetuning_flags` (--output_dir, something to do, a vocabulary, a TF-Hub
+       module's paths);
+    2. `task_key_from_flags(flag_values)`: the task's checks of its flags as given, returning
+       its row of the paper's table (it may depend on paths a TF-Hub module set in 1);
+    3. every flag of that row left unset takes the row's value (`fill_from_table`);
+    4. `check_filled_flags(flag_values)`: the task's checks that need those values;
+    5. the tokenizer, the config and their vocabulary check, the run options, and last the
+       strategy (MultiWorkerMirroredStrategy must exist before any other TensorFlow op runs).
+
+    Args:
+        flag_values: the script's parsed flags (defaults are written into them).
+        task_key_from_flags: callable(flag_values) -> a key of `PAPER_HYPERPARAMETERS`.
+        check_filled_flags: callable(flag_values), or None.
+
+    Returns:
+        A `FineTuningSetup`.
+
+    Raises:
+        FlagError, TokenizerError, ...: user errors, each one sentence naming the flag.
+    """
+    check_finetuning_flags(flag_values)
+    task_key = task_key_from_flags(flag_values)
+    hyperparameters.fill_from_table(flag_values, task_key)
+    if check_filled_flags is not None:
+        check_filled_flags(flag_values)
+    tokenizer = tokenizer_from_flags(flag_values)
+    config = config_from_flags(flag_values)
+    check_vocabulary(tokenizer, config)
+    options = training_flags.run_options_from_flags(flag_values)
+    strategy, _, _ = training_flags.strategy_from_flags(flag_values)
+    return FineTuningSetup(task_key, tokenizer, config, options, strategy)
 
 
 def tokenizer_from_flags(flag_values):

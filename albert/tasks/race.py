@@ -20,12 +20,15 @@ import os
 import re
 
 import tensorflow as tf
-from absl import logging
+from absl import flags, logging
 
 from albert import fileio
 from albert.data import race
+from albert.metrics import format_eval_results
 from albert.modeling import AlbertBackbone, AlbertMultipleChoice
 from albert.tasks import engine
+from albert.tasks import flags as finetuning_flags
+from albert.training import flags as training_flags
 
 SPLITS = {engine.TRAIN: "train", engine.EVAL: "dev", engine.PREDICT: "test"}
 PREDICTIONS_FILE = "predictions.json"
@@ -113,8 +116,6 @@ class RaceTask(engine.FineTuningTask):
         return race.accuracy_by_level(examples, predictions["logits"])
 
     def write_predictions(self, predictions, output_dir):
-        from albert.metrics import format_eval_results
-
         examples = self.race_features(engine.PREDICT).examples
         path = os.path.join(output_dir, PREDICTIONS_FILE)
         race.write_predictions(path, examples, predictions["logits"])
@@ -127,15 +128,11 @@ class RaceTask(engine.FineTuningTask):
 # --- run_race.py -------------------------------------------------------------------------
 
 
-def define_race_flags(flag_values=None):
+def define_race_flags(flag_values=flags.FLAGS):
     """Every run_race.py flag: the fine-tuning flags plus the original's RACE flags."""
-    from absl import flags
-
-    from albert.tasks import flags as finetuning_flags
-    from albert.training import flags as training_flags
-
-    flag_values = flags.FLAGS if flag_values is None else flag_values
-    finetuning_flags.define_finetuning_flags(flag_values)
+    finetuning_flags.define_finetuning_flags(
+        flag_values, aliases=("train_step", "warmup_step", "dropout_prob", "num_keep_checkpoint")
+    )
     define = [
         (flags.DEFINE_string, "data_dir", None,
          "Directory holding RACE/{train,dev,test}/{middle,high}/*.txt."),
@@ -162,8 +159,6 @@ def define_race_flags(flag_values=None):
         "--albert_hub_module_handle path has a v2 component (albert_base_v2/...), else v1.",
         flag_values=flag_values,
     )
-    flags.DEFINE_alias("dropout_prob", "classifier_dropout_prob", flag_values=flag_values)
-    flags.DEFINE_alias("num_keep_checkpoint", "keep_checkpoint_max", flag_values=flag_values)
 
 
 _V2_COMPONENT = re.compile(r"(^|[^a-z0-9])v2([^a-z0-9]|$)")
@@ -185,14 +180,28 @@ def model_version(flag_values):
 
 def check_race_flags(flag_values):
     """Raises FlagError unless --max_qa_length leaves room for the 3 special tokens."""
-    from albert.training.flags import FlagError
-
     limit = flag_values.max_seq_length - 3
     if not 1 <= flag_values.max_qa_length <= limit:
-        raise FlagError(
+        raise training_flags.FlagError(
             f"--max_qa_length={flag_values.max_qa_length} must be in [1, {limit}] "
             f"(--max_seq_length={flag_values.max_seq_length} - 3 special tokens)."
         )
+
+
+def race_task_key(flag_values):
+    """Checks the RACE flags as given; returns the table row of the model's version.
+
+    Raises:
+        FlagError, RaceDataError: --task_name other than race, no --data_dir, or both
+            --high_only and --middle_only.
+    """
+    if flag_values.task_name.lower() != "race":
+        raise training_flags.FlagError(
+            f"--task_name={flag_values.task_name} is not a RACE task; run_race runs race only."
+        )
+    training_flags.require(flag_values, "data_dir")
+    race.race_levels(flag_values.high_only, flag_values.middle_only)
+    return f"race_{model_version(flag_values)}"
 
 
 def run_from_flags(flag_values):
@@ -202,29 +211,11 @@ def run_from_flags(flag_values):
         FlagError, RaceDataError, TokenizerError, CheckpointError...: user errors, each one
             sentence naming the flag or file.
     """
-    from albert.tasks import flags as finetuning_flags
-    from albert.tasks import hyperparameters
-    from albert.training import flags as training_flags
-
-    finetuning_flags.check_finetuning_flags(flag_values)
-    if flag_values.task_name.lower() != "race":
-        raise training_flags.FlagError(
-            f"--task_name={flag_values.task_name} is not a RACE task; run_race runs race only."
-        )
-    training_flags.require(flag_values, "data_dir")
-    race.race_levels(flag_values.high_only, flag_values.middle_only)
-    hyperparameters.fill_from_table(flag_values, f"race_{model_version(flag_values)}")
-    check_race_flags(flag_values)
-    tokenizer = finetuning_flags.tokenizer_from_flags(flag_values)
-    config = finetuning_flags.config_from_flags(flag_values)
-    finetuning_flags.check_vocabulary(tokenizer, config)
-    options = training_flags.run_options_from_flags(flag_values)
-    # MultiWorkerMirroredStrategy must exist before any other TensorFlow op runs.
-    strategy, _, _ = training_flags.strategy_from_flags(flag_values)
+    setup = finetuning_flags.setup_from_flags(flag_values, race_task_key, check_race_flags)
     task = RaceTask(
         flag_values.data_dir,
-        tokenizer,
-        config,
+        setup.tokenizer,
+        setup.config,
         max_seq_length=flag_values.max_seq_length,
         max_qa_length=flag_values.max_qa_length,
         train_batch_size=flag_values.train_batch_size,
@@ -243,4 +234,4 @@ def run_from_flags(flag_values):
             )
         },  # fmt: skip
     )
-    return engine.run_with_flags(task, strategy, options, flag_values)
+    return engine.run_with_flags(task, setup.strategy, setup.options, flag_values)

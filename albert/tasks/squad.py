@@ -12,10 +12,11 @@ predicts and, when the file has answers, evaluates it). Evaluation post-processe
 (`albert.data.squad_postprocessing`) and scores with the official SQuAD evaluation
 (`albert.metrics.squad`): `exact` and `f1` (v1.1); for v2.0 also the HasAns/NoAns splits and
 the best thresholds, with the null threshold tuned on that file (`null_score_diff_threshold`,
-the `best_f1_thresh`) and `exact`/`f1` reported at it. The best checkpoint is kept by `f1`.
+the `best_f1_thresh`, by `albert.metrics.squad_threshold`) and `exact`/`f1` reported at it. The best checkpoint is kept by `f1`.
 Prediction writes `predictions.json`, `nbest_predictions.json` and (v2.0) `null_odds.json`;
 v2.0 answers are nulled above `--null_score_diff_threshold` when given, else above the
-threshold tuned in this run's evaluation (or tuned now, when the file has answers), else 0.
+threshold tuned by the final evaluation (of the weights that predict; or tuned now, when the
+file has answers), else 0.
 
 Shape letters: B batch, T max_seq_length, K start_n_top, K' end_n_top.
 """
@@ -24,12 +25,16 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
-from absl import logging
+from absl import flags, logging
 
 from albert.data import squad, squad_postprocessing
+from albert.data.squad_features import check_window
 from albert.metrics import squad as squad_metrics
+from albert.metrics.squad_threshold import tune_null_threshold
 from albert.modeling import AlbertBackbone, AlbertQuestionAnswering
-from albert.tasks import engine
+from albert.tasks import engine, hyperparameters
+from albert.tasks import flags as finetuning_flags
+from albert.training import flags as training_flags
 
 V1_KEYS = ("start_logits", "end_logits")
 V2_KEYS = ("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index",
@@ -50,7 +55,7 @@ class SquadTask(engine.FineTuningTask):
         n_best_size, max_answer_length: post-processing.
         start_n_top, end_n_top: the v2 inference beam.
         null_score_diff_threshold: v2 null threshold for predictions, or None (see module doc).
-        dropout_rate: dropout in the v2 answer-class head.
+        classifier_dropout_prob: dropout in the v2 answer-class head.
         cached_dir: directory of the feature cache, or None; or a dict role -> directory
             (the original's separate train and predict feature files).
 
@@ -65,8 +70,8 @@ class SquadTask(engine.FineTuningTask):
     def __init__(self, train_file, predict_file, tokenizer, config, version_2_with_negative,
                  max_seq_length=384, doc_stride=128, max_query_length=64, train_batch_size=48,
                  eval_batch_size=8, predict_batch_size=8, n_best_size=20, max_answer_length=30,
-                 start_n_top=5, end_n_top=5, null_score_diff_threshold=None, dropout_rate=0.1,
-                 cached_dir=None):  # fmt: skip
+                 start_n_top=5, end_n_top=5, null_score_diff_threshold=None,
+                 classifier_dropout_prob=0.1, cached_dir=None):  # fmt: skip
         super().__init__(
             config, train_batch_size, eval_batch_size, predict_batch_size, max_seq_length
         )
@@ -79,8 +84,7 @@ class SquadTask(engine.FineTuningTask):
         self.n_best_size, self.max_answer_length = n_best_size, max_answer_length
         self.start_n_top, self.end_n_top = start_n_top, end_n_top
         self.null_score_diff_threshold = null_score_diff_threshold
-        self.tuned_null_threshold = None
-        self.dropout_rate = dropout_rate
+        self.classifier_dropout_prob = classifier_dropout_prob
         if not isinstance(cached_dir, dict):
             cached_dir = dict.fromkeys((engine.TRAIN, engine.EVAL, engine.PREDICT), cached_dir)
         self.cached_dir = cached_dir
@@ -101,7 +105,7 @@ class SquadTask(engine.FineTuningTask):
             version_2_with_negative=self.version_2_with_negative,
             start_n_top=self.start_n_top,
             end_n_top=self.end_n_top,
-            dropout_rate=self.dropout_rate,
+            dropout_rate=self.classifier_dropout_prob,
         )
 
     # --- Data ------------------------------------------------------------------------
@@ -211,23 +215,24 @@ class SquadTask(engine.FineTuningTask):
         answers, _, null_odds = self.answers(predictions, engine.EVAL)
         if not self.version_2_with_negative:
             return dict(squad_metrics.evaluate_v1(dataset, answers))
-        tuned = squad_postprocessing.tune_null_threshold(dataset, answers, null_odds)
-        self.tuned_null_threshold = float(tuned.threshold)
-        return {**tuned.evaluation, "null_score_diff_threshold": self.tuned_null_threshold}
+        tuned = tune_null_threshold(dataset, answers, null_odds)
+        return {**tuned.evaluation, "null_score_diff_threshold": float(tuned.threshold)}
 
     def null_threshold_for_predictions(self, predictions):
-        """The v2 threshold of `write_predictions` (see the module doc)."""
+        """The v2 threshold of `write_predictions` (see the module doc): the flag's, else the
+        one tuned by the final evaluation (of the weights that predict), else one tuned now."""
         if self.null_score_diff_threshold is not None:
             return self.null_score_diff_threshold
-        if self.tuned_null_threshold is None and self.gold_dataset(engine.PREDICT):
-            self.evaluate_predictions(predictions)
-        if self.tuned_null_threshold is None:
+        evaluation = self.final_evaluation
+        if evaluation is None and self.gold_dataset(engine.PREDICT):
+            evaluation = self.evaluate_predictions(predictions)
+        if evaluation is None:
             logging.warning(
                 "No null threshold tuned (the predict file has no answers): using 0.0; "
                 "pass --null_score_diff_threshold tuned on dev."
             )
             return 0.0
-        return self.tuned_null_threshold
+        return evaluation["null_score_diff_threshold"]
 
     def write_predictions(self, predictions, output_dir):
         threshold = None
@@ -282,15 +287,11 @@ def _hits(scores, positions, weights):
 # --- run_squad.py ------------------------------------------------------------------------
 
 
-def define_squad_flags(flag_values=None):
+def define_squad_flags(flag_values=flags.FLAGS):
     """Every run_squad.py flag: the fine-tuning flags plus the original's SQuAD flags."""
-    from absl import flags
-
-    from albert.tasks import flags as finetuning_flags
-    from albert.training import flags as training_flags
-
-    flag_values = flags.FLAGS if flag_values is None else flag_values
-    finetuning_flags.define_finetuning_flags(flag_values)
+    finetuning_flags.define_finetuning_flags(
+        flag_values, aliases=("train_step", "warmup_step", "dropout_prob")
+    )
     define = [
         (flags.DEFINE_string, "train_file", None, "SQuAD JSON to train on (train-v1.1.json)."),
         (flags.DEFINE_string, "predict_file", None,
@@ -328,7 +329,6 @@ def define_squad_flags(flag_values=None):
          "kernels, and a TFLite export is not offered here."),
     ]  # fmt: skip
     training_flags.define_rows(define, flag_values)
-    flags.DEFINE_alias("dropout_prob", "classifier_dropout_prob", flag_values=flag_values)
 
 
 def check_squad_flags(flag_values):
@@ -339,9 +339,6 @@ def check_squad_flags(flag_values):
         SquadDataError: --doc_stride outside the window, a question id twice in a file, or a
             SQuAD 2.0 file without --version_2_with_negative.
     """
-    from albert.data.squad_features import check_window
-    from albert.training import flags as training_flags
-
     training_flags.check_ranges(flag_values, {"positive": (
         "doc_stride", "max_query_length", "n_best_size", "max_answer_length", "start_n_top",
         "end_n_top", "max_seq_length",
@@ -354,18 +351,16 @@ def check_squad_flags(flag_values):
         squad.read_squad_examples(flag_values.predict_file, v2)
 
 
-def run_from_flags(flag_values):
-    """run_squad.py: flags -> strategy, task, engine. Returns the final eval metrics.
+def squad_task_key(flag_values):
+    """Checks the SQuAD flags as given; returns the table row of the SQuAD version.
+
+    As the original, predicting a file that has answers also evaluates it (--do_eval is set),
+    and --num_train_epochs / --warmup_proportion become steps before the table fills them.
 
     Raises:
-        FlagError, SquadDataError, TokenizerError, CheckpointError...: user errors, each one
-            sentence naming the flag or file.
+        FlagError, SquadDataError: a file the run needs is not given or not readable, or an
+            epochs or warmup flag given twice or out of range.
     """
-    from albert.tasks import flags as finetuning_flags
-    from albert.tasks import hyperparameters
-    from albert.training import flags as training_flags
-
-    finetuning_flags.check_finetuning_flags(flag_values)
     if flag_values.do_train:
         training_flags.require(flag_values, "train_file")
     if flag_values.do_eval or flag_values.do_predict:
@@ -376,7 +371,6 @@ def run_from_flags(flag_values):
         and not flag_values.do_eval
         and gold_dataset(flag_values.predict_file)
     ):
-        # As the original: predicting a file that has answers also evaluates it.
         logging.info("--predict_file has answers: evaluating it too (eval_results.txt).")
         flag_values.do_eval = True
     if not flag_values.use_einsum:
@@ -388,8 +382,17 @@ def run_from_flags(flag_values):
             task_key,
             lambda: len(squad.read_squad_examples(flag_values.train_file, v2)),
         )
-    hyperparameters.fill_from_table(flag_values, task_key)
-    check_squad_flags(flag_values)
+    return task_key
+
+
+def run_from_flags(flag_values):
+    """run_squad.py: flags -> strategy, task, engine. Returns the final eval metrics.
+
+    Raises:
+        FlagError, SquadDataError, TokenizerError, CheckpointError...: user errors, each one
+            sentence naming the flag or file.
+    """
+    setup = finetuning_flags.setup_from_flags(flag_values, squad_task_key, check_squad_flags)
     predict_dir = finetuning_flags.feature_file_directory(
         flag_values, ("predict_feature_file", "predict_feature_left_file")
     )
@@ -399,18 +402,12 @@ def run_from_flags(flag_values):
         engine.EVAL: predict_dir or flag_values.cached_dir,
         engine.PREDICT: predict_dir or flag_values.cached_dir,
     }
-    tokenizer = finetuning_flags.tokenizer_from_flags(flag_values)
-    config = finetuning_flags.config_from_flags(flag_values)
-    finetuning_flags.check_vocabulary(tokenizer, config)
-    options = training_flags.run_options_from_flags(flag_values)
-    # MultiWorkerMirroredStrategy must exist before any other TensorFlow op runs.
-    strategy, _, _ = training_flags.strategy_from_flags(flag_values)
     task = SquadTask(
         flag_values.train_file,
         flag_values.predict_file,
-        tokenizer,
-        config,
-        v2,
+        setup.tokenizer,
+        setup.config,
+        flag_values.version_2_with_negative,
         max_seq_length=flag_values.max_seq_length,
         doc_stride=flag_values.doc_stride,
         max_query_length=flag_values.max_query_length,
@@ -422,7 +419,7 @@ def run_from_flags(flag_values):
         start_n_top=flag_values.start_n_top,
         end_n_top=flag_values.end_n_top,
         null_score_diff_threshold=flag_values.null_score_diff_threshold,
-        dropout_rate=flag_values.classifier_dropout_prob,
+        classifier_dropout_prob=flag_values.classifier_dropout_prob,
         cached_dir=cached_dir,
     )
-    return engine.run_with_flags(task, strategy, options, flag_values)
+    return engine.run_with_flags(task, setup.strategy, setup.options, flag_values)

@@ -22,6 +22,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from albert.metrics import write_eval_results
 from albert.training import checkpointing
 from albert.training import strategy as strategy_lib
 from albert.training.inputs import DistributedInput, fit_batch_size, per_replica_batch_size
@@ -317,11 +318,9 @@ def _evaluate(state, checkpoint_path=None):
         " | ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items())),
     )
     state.eval_writer.write(metrics, step)
+    task.record_evaluation(step, checkpoint_path, metrics)
     if state.chief:
-        results = {"global_step": step, **dict(sorted(metrics.items()))}
-        checkpointing.write_key_values(
-            os.path.join(options.output_dir, "eval_results.txt"), results
-        )
+        write_eval_results(options.output_dir, {"global_step": step, **metrics})
         _keep_best(state, metrics, checkpoint_path)
     return metrics
 

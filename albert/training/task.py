@@ -76,6 +76,16 @@ class TrainingTask(abc.ABC):
         del model, strategy, steps_per_call
         return None
 
+    def record_evaluation(self, step, checkpoint_path, metrics):
+        """Called by the loop after each evaluation, on every worker; the default keeps nothing.
+
+        Args:
+            step: the global step of the evaluated weights.
+            checkpoint_path: the checkpoint holding them, or None (weights never saved).
+            metrics: dict of metric name -> value, as `evaluate` or the eval steps gave them.
+        """
+        del step, checkpoint_path, metrics
+
     def export(self, model, output_dir):
         """Writes the final weights; the default is the Keras format that
         `python -m albert.convert_checkpoint --input=<output_dir>` reads."""

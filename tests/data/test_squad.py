@@ -13,6 +13,7 @@ from albert.data.squad import SquadDataError, SquadExample, load_features, read_
 from albert.data.squad_alignment import align_tokens
 from albert.data.squad_features import convert_examples_to_features, doc_spans, is_max_context
 from albert.metrics.squad import evaluate_v2
+from albert.metrics.squad_threshold import tune_null_threshold
 from albert.tokenization import FullTokenizer
 from tests.helpers import train_tiny_spm
 
@@ -318,6 +319,6 @@ def test_shared_dev_v2(tmp_path):
     predictions, _, null_odds = postprocessing.compute_predictions_v2(
         data.examples, data.features, perfect_v2_results(train)
     )
-    tuned = postprocessing.tune_null_threshold(dataset, predictions, null_odds, str(tmp_path))
+    tuned = tune_null_threshold(dataset, predictions, null_odds, str(tmp_path))
     assert tuned.evaluation["exact"] == tuned.evaluation["f1"] == 100.0
     assert json.loads((tmp_path / "predictions.json").read_text()) == tuned.predictions

@@ -12,9 +12,9 @@ from albert.data.squad_postprocessing import (
     compute_predictions_v1,
     compute_predictions_v2,
     results_by_unique_id,
-    tune_null_threshold,
     write_predictions,
 )
+from albert.metrics.squad_threshold import tune_null_threshold
 
 #          0    5    10   15   20
 CONTEXT = "Alpha beta gamma delta"

@@ -13,9 +13,10 @@ from albert import fileio
 from albert.data import features as feature_lib
 from albert.data import race, squad, squad_postprocessing
 from albert.data.glue import InputExample
-from albert.metrics import glue as glue_metrics
 from albert.metrics import squad as squad_metrics
 from albert.metrics import write_eval_results
+from albert.metrics.squad_threshold import tune_null_threshold
+from albert.tasks import glue_submission
 
 
 @pytest.fixture
@@ -55,7 +56,7 @@ def test_squad_threshold_rewrite_and_eval_read_ram(ram_dir):
     fileio.write_text(f"{ram_dir}/dev.json", json.dumps({"version": "v2.0", "data": dataset}))
     loaded = squad_metrics.load_json(f"{ram_dir}/dev.json", "SQuAD dataset file")
     assert loaded["data"] == dataset
-    tuned = squad_postprocessing.tune_null_threshold(
+    tuned = tune_null_threshold(
         dataset, {"q1": "Paris", "q2": "big"}, {"q1": -5.0, "q2": 3.0}, output_dir=ram_dir
     )
     assert json.loads(_read(f"{ram_dir}/predictions.json")) == tuned.predictions
@@ -65,10 +66,10 @@ def test_squad_threshold_rewrite_and_eval_read_ram(ram_dir):
 def test_glue_submission_test_results_and_eval_results_on_ram(ram_dir):
     examples = [InputExample(str(i), "a", "b") for i in (7, 8, 9)]
     probabilities = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]], np.float32)
-    submission = glue_metrics.write_submission(ram_dir, "mrpc", examples, probabilities)
+    submission = glue_submission.write_submission(ram_dir, "mrpc", examples, probabilities)
     assert submission == f"{ram_dir}/MRPC.tsv"
     assert _read(submission) == "index\tprediction\n7\t0\n8\t1\n9\t0\n"
-    results = glue_metrics.write_test_results(ram_dir, probabilities)
+    results = glue_submission.write_test_results(ram_dir, probabilities)
     assert len(_read(results).splitlines()) == 3
     path = write_eval_results(ram_dir, {"accuracy": 0.5}, append=True)
     write_eval_results(ram_dir, {"accuracy": 0.75}, append=True)

@@ -173,3 +173,13 @@ def test_missing_predict_file_is_one_clear_error(tmp_path):
         run_squad(f"--albert_config_file={config}", f"--output_dir={tmp_path}", "--do_eval")
     with pytest.raises(engine.FineTuningError, match="v2 head|1.1 span head"):
         _task(True).export_saved_model(None, str(tmp_path / "x"))
+
+
+def test_v2_predictions_take_the_threshold_of_the_final_evaluation():
+    # The final evaluation is of the weights that predict (model.ckpt-best), which need not
+    # be the last checkpoint the training loop evaluated.
+    task = _task(True)
+    task.final_evaluation = {"global_step": 4, "null_score_diff_threshold": -1.5}
+    assert task.null_threshold_for_predictions(predictions=None) == -1.5
+    task.null_score_diff_threshold = 0.25  # --null_score_diff_threshold wins
+    assert task.null_threshold_for_predictions(predictions=None) == 0.25
