@@ -62,7 +62,7 @@ def run_ours(args, config_values):
     from albert.data import records
     from albert.training.inputs import DistributedInput
     from albert.training.optimization import create_optimizer
-    from albert.training.pretraining import PretrainingTask
+    from albert.tasks.pretraining import PretrainingTask
     from albert.training.steps import Trainer
 
     if args.precision == "bfloat16":

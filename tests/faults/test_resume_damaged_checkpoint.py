@@ -17,7 +17,7 @@ import synthetic_pretraining as synthetic  # noqa: E402
 from albert.config import AlbertConfig  # noqa: E402
 from albert.training import checkpointing, loop  # noqa: E402
 from albert.training.optimization import create_optimizer  # noqa: E402
-from albert.training.pretraining import PretrainingTask  # noqa: E402
+from albert.tasks.pretraining import PretrainingTask  # noqa: E402
 
 DROPOUT = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
 

@@ -19,7 +19,7 @@ from albert.modeling import AlbertBackbone, AlbertClassifier, AlbertPretrainer
 from albert.tasks import engine
 from albert.training import checkpointing, loop
 from albert.training.optimization import create_optimizer
-from albert.training.pretraining import PretrainingTask
+from albert.tasks.pretraining import PretrainingTask
 
 CONFIG = AlbertConfig.from_dict(synthetic.TINY_CONFIG)
 

@@ -30,7 +30,7 @@ def _run_all(tmp_path):
     from albert.config import AlbertConfig
     from albert.training import loop
     from albert.training.optimization import create_optimizer
-    from albert.training.pretraining import PretrainingTask
+    from albert.tasks.pretraining import PretrainingTask
 
     data = synthetic.write_records(tmp_path / "train.tfrecord", 64, seed=3)
     config = AlbertConfig.from_dict(synthetic.TINY_CONFIG)
