@@ -45,14 +45,9 @@ class TrainingTask(abc.ABC):
     def load_initial_weights(self, model, path):
         """Loads `--init_checkpoint` into `model`: a training checkpoint of ours (model weights
         only; the step restarts), or whatever `albert.load_checkpoint` reads (TF1, HF, Keras)."""
-        from albert.training import checkpointing
+        from albert.checkpoints import load_any
 
-        if checkpointing.is_training_checkpoint(path):
-            checkpointing.restore_model_weights(model, path)
-            return
-        from albert import load_checkpoint
-
-        load_checkpoint(model, path)
+        load_any(model, path)
 
     def prepare_output_dir(self, output_dir):
         """Writes files the run's checkpoints need beside them (called once, on the chief)."""
@@ -62,11 +57,11 @@ class TrainingTask(abc.ABC):
         """Keeps the current weights, saved at `checkpoint_path`, as `best_prefix`.
 
         The default copies the training checkpoint (restorable with
-        `checkpointing.restore_model_weights` or as `--init_checkpoint`).
+        `albert.checkpoints.training_format.restore_model_weights` or as `--init_checkpoint`).
         """
-        from albert.training import checkpointing
+        from albert.checkpoints import training_format
 
-        checkpointing.copy_checkpoint(checkpoint_path, best_prefix)
+        training_format.copy_checkpoint(checkpoint_path, best_prefix)
 
     def evaluate(self, model, strategy, steps_per_call=1):
         """Eval metrics the task computes itself, or None (the default) for the loop's eval
