@@ -301,10 +301,6 @@ class FineTuningTask(TrainingTask):
     def load_initial_weights(self, model, path):
         load_finetuning_weights(model, path)
 
-    def prepare_output_dir(self, output_dir):
-        """albert_config.json beside the checkpoints (read back by --init_checkpoint=dir)."""
-        self.config.to_json_file(os.path.join(output_dir, "albert_config.json"))
-
 
 def write_features_file(dataset, directory, role):
     """Writes a finite dataset of feature dicts held in memory as a feature file (the cache

@@ -200,10 +200,6 @@ class PretrainingTask(TrainingTask):
         super().load_initial_weights(source, path)
         copy_from_group0(source, model)
 
-    def prepare_output_dir(self, output_dir):
-        """albert_config.json beside the checkpoints, as in the released tarballs."""
-        self.config.to_json_file(os.path.join(output_dir, "albert_config.json"))
-
     def save_best(self, model, checkpoint_path, best_prefix):
         """`model.ckpt-best` in the original's TF1 names, like a released model: the original
         code, `albert.load_checkpoint` and the converter all read it. Sharing modes TF1 names
