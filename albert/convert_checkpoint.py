@@ -48,7 +48,7 @@ def check_output_dir(output: str, overwrite: bool = False) -> None:
     """
     import tensorflow as tf
 
-    from albert.training.checkpointing import is_training_checkpoint
+    from albert.checkpoints.training_format import is_training_checkpoint
 
     try:
         names = sorted(tf.io.gfile.listdir(output))

@@ -19,8 +19,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import flags, logging  # noqa: E402
 
+from albert.tasks import pretraining  # noqa: E402
 from albert.training import flags as training_flags  # noqa: E402
-from albert.training import pretraining  # noqa: E402
 
 training_flags.define_pretraining_flags()
 

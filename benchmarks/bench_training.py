@@ -60,9 +60,9 @@ def run_ours(args, config_values):
     sys.path.insert(0, ROOT)
     from albert.config import AlbertConfig
     from albert.data import records
+    from albert.tasks.pretraining import PretrainingTask
     from albert.training.inputs import DistributedInput
     from albert.training.optimization import create_optimizer
-    from albert.training.pretraining import PretrainingTask
     from albert.training.steps import Trainer
 
     if args.precision == "bfloat16":

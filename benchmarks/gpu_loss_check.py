@@ -117,8 +117,8 @@ def tensorflow_losses(config, steps, jit_compile=False):
     import tensorflow as tf
 
     from albert.config import AlbertConfig
+    from albert.tasks.pretraining import PretrainingTask
     from albert.training.inputs import DistributedInput
-    from albert.training.pretraining import PretrainingTask
     from albert.training.steps import Trainer
 
     strategy = tf.distribute.get_strategy()

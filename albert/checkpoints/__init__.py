@@ -1,8 +1,11 @@
-"""Checkpoints: the original TF1 release, HF transformers, and this project's Keras weights.
+"""Checkpoints: the original TF1 release, HF transformers, this project's Keras weights and
+the training loop's own checkpoints (`model.ckpt-<step>`, see `training_format`).
 
 `load_checkpoint` detects the format of a path and loads it, checking that every model
-variable is matched; `save_checkpoint` writes any of the three. TensorFlow is imported only
-for the TF1 format, so HF and Keras checkpoints load under any Keras backend.
+variable is matched; `save_checkpoint` writes TF1, HF or Keras. `load_any` is what
+`--init_checkpoint` reads: a training checkpoint (or a run directory's newest one) first,
+else whatever `load_checkpoint` reads. TensorFlow is imported only for the TF1 and training
+formats, so HF and Keras checkpoints load under any Keras backend.
 
 Example:
     >>> model = AlbertPretrainer(AlbertConfig.from_json_file("albert_base/albert_config.json"))
@@ -25,12 +28,14 @@ __all__ = [
     "CheckpointError",
     "LoadResult",
     "detect_format",
+    "load_any",
     "load_checkpoint",
     "read_config",
     "save_checkpoint",
 ]
 
-FORMATS = ("tf1", "hf", "keras")
+FORMATS = ("tf1", "hf", "keras")  # the formats `save_checkpoint` writes
+TRAINING = "training"  # the training loop's checkpoints: read, never written, here
 _EXPECTED = (
     "expected a TF1 checkpoint prefix or directory, an HF directory (config.json + "
     "model.safetensors) or Keras weights (*.weights.h5 with albert_config.json)"
@@ -43,8 +48,17 @@ def _tf1():
     return tf1
 
 
+def _training():
+    from albert.checkpoints import training_format  # imports TensorFlow
+
+    return training_format
+
+
 def detect_format(path: str) -> str:
-    """ "hf", "keras" or "tf1" for the checkpoint at `path`.
+    """ "hf", "keras", "training" or "tf1" for the checkpoint at `path`.
+
+    A run directory holding both is "keras" (its exported final weights); `load_any` prefers
+    its newest training checkpoint instead.
 
     Raises:
         CheckpointError: `path` holds none of them.
@@ -55,22 +69,22 @@ def detect_format(path: str) -> str:
         return "keras"
     if "://" not in path and not os.path.exists(path) and not os.path.exists(path + ".index"):
         raise CheckpointError(f"No checkpoint found at {path}: {_EXPECTED}.")
-    _tf1().resolve_prefix(path)  # raises naming what is wrong with the TF1 path
-    return "tf1"
+    prefix = _tf1().resolve_prefix(path)  # raises naming what is wrong with the TF1 path
+    return TRAINING if _training().is_training_checkpoint(prefix) else "tf1"
 
 
 def read_config(path: str):
     """The `AlbertConfig` stored with the checkpoint at `path`, or None when there is none.
 
-    An HF directory's `config.json` is converted; TF1 and Keras checkpoints may have an
-    `albert_config.json` beside them.
+    An HF directory's `config.json` is converted; TF1, training and Keras checkpoints may
+    have an `albert_config.json` beside them.
     """
     format_name = detect_format(path)
     if format_name == "hf":
         return hf.read_config(path)
     if format_name == "keras":
         return keras_format.read_config(path)
-    return _tf1().read_config(path)
+    return _tf1().read_config(path)  # TF1 and training: a prefix with the config beside it
 
 
 def load_checkpoint(model, path: str, format_name: str | None = None) -> LoadResult:
@@ -79,8 +93,9 @@ def load_checkpoint(model, path: str, format_name: str | None = None) -> LoadRes
     Args:
         model: an AlbertBackbone, an AlbertPretrainer, or a model holding an AlbertBackbone as
             `.backbone` (its other variables are left initialised and reported).
-        path: a TF1 prefix or directory, an HF directory or Keras weights.
-        format_name: "tf1", "hf" or "keras"; detected from `path` when None.
+        path: a TF1 or training checkpoint prefix or directory, an HF directory or Keras
+            weights.
+        format_name: "tf1", "hf", "keras" or "training"; detected from `path` when None.
 
     Returns:
         A `LoadResult`: what was loaded, what was left initialised (e.g. pretraining heads an
@@ -98,8 +113,45 @@ def load_checkpoint(model, path: str, format_name: str | None = None) -> LoadRes
         result = keras_format.load(model, path)
     elif format_name == "tf1":
         result = _tf1().load(model, path)
+    elif format_name == TRAINING:
+        result = _training().load(model, _tf1().resolve_prefix(path))
     else:
-        raise CheckpointError(f"Unknown checkpoint format {format_name!r}; use one of {FORMATS}.")
+        raise CheckpointError(
+            f"Unknown checkpoint format {format_name!r}; use one of {(*FORMATS, TRAINING)}."
+        )
+    return _logged(result, format_name, path)
+
+
+def load_any(model, path: str, optional_weights=()) -> LoadResult:
+    """Loads `--init_checkpoint`: one of our training checkpoints, else any format.
+
+    This is the one place that tells the training loop's own checkpoints from foreign ones.
+    A training checkpoint, or a run directory (its newest checkpoint, not the Keras weights
+    exported beside it), loads its model weights only (a run that starts from it restarts
+    the step); any other path is read by `load_checkpoint`.
+
+    Args:
+        model: as `load_checkpoint` takes it.
+        path: a training checkpoint prefix or run directory, or what `load_checkpoint` reads.
+        optional_weights: weights of `model` (e.g. a fine-tuning head) that a training
+            checkpoint may lack: loaded only when it holds all of them with the same shapes,
+            else left initialised and reported in `initialised`. (The foreign formats leave
+            a head the checkpoint lacks initialised anyway.)
+
+    Returns:
+        A `LoadResult`.
+
+    Raises:
+        CheckpointError: as `load_checkpoint`; for a training checkpoint, a weight outside
+            `optional_weights` that is missing or of another shape.
+    """
+    if _training().is_training_checkpoint(path):
+        return _logged(_training().load(model, path, optional_weights), TRAINING, path)
+    return load_checkpoint(model, path)
+
+
+def _logged(result: LoadResult, format_name: str, path: str) -> LoadResult:
+    """Logs what `result` loaded, left initialised and ignored; returns it."""
     logging.info(
         "Loaded %d variables from the %s checkpoint %s.", len(result.loaded), format_name, path
     )

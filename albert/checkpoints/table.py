@@ -60,7 +60,11 @@ _MAX_LISTED = 12
 
 
 class CheckpointError(AlbertError):
-    """A checkpoint that does not exist, cannot be read, or does not fit the model."""
+    """A checkpoint that does not exist, cannot be read, or does not fit the model or the run.
+
+    The one checkpoint error of the project: foreign formats, the training loop's own
+    checkpoints (`training_format`) and its resume (`albert.training.checkpointing`).
+    """
 
 
 @dataclasses.dataclass(frozen=True)

@@ -175,8 +175,8 @@ def load(model, path: str) -> LoadResult:
 
     Args:
         model: the Keras model; its config must match the checkpoint's.
-        path: anything `resolve_prefix` accepts. A checkpoint written by this project's
-            training loop (`model.ckpt-N`, TF2 object names) loads its model weights.
+        path: anything `resolve_prefix` accepts (a checkpoint of this project's training
+            loop is another format: `albert.checkpoints.training_format`).
 
     Returns:
         A `LoadResult`.
@@ -186,15 +186,6 @@ def load(model, path: str) -> LoadResult:
             any missing, unexpected or mis-shaped variable (nothing is assigned then).
     """
     prefix = resolve_prefix(path)
-    from albert.training import checkpointing  # the training loop's own format
-
-    if checkpointing.is_training_checkpoint(prefix):
-        try:
-            checkpointing.restore_model_weights(model, prefix)
-        except checkpointing.CheckpointError as e:
-            raise CheckpointError(str(e)) from None
-        loaded = [weight.path for weight in model.weights]
-        return LoadResult(path=prefix, format="training", loaded=loaded)
     checkpoint_config = read_config(prefix)
     backbone = model_parts(model)[BACKBONE]
     if checkpoint_config is not None:

@@ -7,49 +7,31 @@ run draws exactly the masks an uninterrupted one would.
 
 Under data parallelism the state is one mirrored value, identical on every replica, so
 without more every replica would drop the same units. The training step runs the model
-inside `replica_seed(replica_id)`; each draw then folds the replica id into the seed it
-hands to the random op (the stored state is untouched, so it stays identical across
-replicas and checkpointable). Outside that block (one device, `model.fit`, inference) the
-seed is the state itself.
+inside `albert.replica_scope.replica_scope(replica_id)`; each draw then folds the replica
+id into the seed it hands to the random op (the stored state is untouched, so it stays
+identical across replicas and checkpointable). Outside that block (one device, `model.fit`,
+inference) the seed is the state itself.
 
 Only `keras.ops` / `keras.random`, so the model stays backend-agnostic.
 """
 
-import contextlib
-import threading
-
 import keras
 from keras import ops
+
+from albert.replica_scope import current_replica_id
 
 # Replica r adds r * stride to the first seed word: a large prime keeps the replicas' Philox
 # keys apart from each other and from the other layers' (random, < 1e9) seeds.
 _REPLICA_STRIDE = 1_000_003
-_context = threading.local()
-
-
-@contextlib.contextmanager
-def replica_seed(replica_id):
-    """Within the block, every `ReplicaSeedGenerator` draw on this thread folds in `replica_id`.
-
-    Args:
-        replica_id: int or integer scalar tensor, the replica's index in its sync group.
-            Pass a tensor when tracing a function shared by several replicas.
-    """
-    previous = getattr(_context, "replica_id", None)
-    _context.replica_id = replica_id
-    try:
-        yield
-    finally:
-        _context.replica_id = previous
 
 
 @keras.saving.register_keras_serializable(package="albert")
 class ReplicaSeedGenerator(keras.random.SeedGenerator):
-    """A `SeedGenerator` whose drawn seeds depend on the replica (see `replica_seed`)."""
+    """A `SeedGenerator` whose drawn seeds depend on the replica (see `albert.replica_scope`)."""
 
     def next(self, ordered=True):
         seed = super().next(ordered)  # [2]: the state before this draw
-        replica_id = getattr(_context, "replica_id", None)
+        replica_id = current_replica_id()
         if replica_id is None:
             return seed
         offset = ops.cast(replica_id, seed.dtype) * _REPLICA_STRIDE
@@ -71,7 +53,7 @@ class Dropout(keras.layers.Layer):
 
     Example:
         >>> layer = Dropout(0.1)
-        >>> with replica_seed(1):
+        >>> with replica_scope(1):  # albert.replica_scope
         ...     y = layer(x, training=True)
     """
 

@@ -1,5 +1,6 @@
-"""Fine-tuning tasks on one engine: each supplies data, head, loss, metrics and outputs.
+"""The jobs on the training loop: pretraining, and fine-tuning tasks on one engine.
 
+pretraining.py      the MLM + SOP job behind run_pretraining.py (`PretrainingTask`)
 engine.py           `FineTuningTask` (the interface) and `run` (train, eval, predict, export)
 classification.py   GLUE: every task, classification and STS-B regression (run_classifier.py)
 glue_submission.py  GLUE's test-set files: test_results.tsv and the server's submission file

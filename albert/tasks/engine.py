@@ -59,6 +59,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from albert.checkpoints import load_any, training_format
 from albert.data import features as feature_lib
 from albert.errors import AlbertError
 from albert.metrics import write_eval_results
@@ -73,7 +74,6 @@ TRAIN, EVAL, PREDICT = "train", "eval", "predict"
 # RTE, STS-B, WNLI) are shuffled whole; larger ones through a window this big, which also
 # bounds the iterator state saved with every checkpoint.
 SHUFFLE_BUFFER_SIZE = 10000
-_GLOBAL_STEP_KEY = "global_step/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 # Where the engine writes features a task holds in memory, under the run's output_dir.
@@ -314,10 +314,6 @@ class FineTuningTask(TrainingTask):
     def load_initial_weights(self, model, path):
         load_finetuning_weights(model, path)
 
-    def prepare_output_dir(self, output_dir):
-        """albert_config.json beside the checkpoints (read back by --init_checkpoint=dir)."""
-        self.config.to_json_file(os.path.join(output_dir, "albert_config.json"))
-
 
 def write_features_file(dataset, directory, role):
     """Writes a finite dataset of feature dicts held in memory as a feature file (the cache
@@ -351,7 +347,7 @@ def resolve_checkpoint(path):
     """`path`, or the `model.ckpt-best` of a run directory that holds one (a fine-tuning
     or pretraining output directory, or a released model's)."""
     # By file names only: on ram:// and some object stores `isdir` is true for any prefix.
-    best = os.path.join(path, checkpointing.BEST_PREFIX)
+    best = os.path.join(path, training_format.BEST_PREFIX)
     if not tf.io.gfile.exists(path + ".index") and tf.io.gfile.exists(best + ".index"):
         return best
     return path
@@ -380,22 +376,11 @@ def load_finetuning_weights(model, path, require_head=False):
         albert.checkpoints.CheckpointError: the checkpoint does not fit the encoder (another
             config) or does not exist.
     """
-    path = resolve_checkpoint(path)
     head = _head_weights(model)
-    if checkpointing.is_training_checkpoint(path):
-        prefix = checkpointing.checkpoint_prefix(path)
-        stored = checkpointing.stored_shapes(prefix)
-        keys = {w.path: f"model/{w.path}/.ATTRIBUTES/VARIABLE_VALUE" for w in head}
-        head_loaded = all(
-            keys[w.path] in stored and list(stored[keys[w.path]]) == list(w.shape) for w in head
-        )
-        checkpointing.restore_model_weights(model if head_loaded else model.backbone, prefix)
-        path = prefix
-    else:
-        from albert.checkpoints import load_checkpoint
-
-        initialised = set(load_checkpoint(model, path).initialised)
-        head_loaded = not any(w.path in initialised for w in head)
+    result = load_any(model, resolve_checkpoint(path), optional_weights=head)
+    path = result.path
+    initialised = set(result.initialised)
+    head_loaded = not any(w.path in initialised for w in head)
     if require_head and not head_loaded:
         raise FineTuningError(
             f"--init_checkpoint={path} holds no {type(model).__name__} head of this shape, so "
@@ -419,11 +404,11 @@ def load_final_weights(model, options):
     Raises:
         FineTuningError: no checkpoint in `output_dir` and no `--init_checkpoint`.
     """
-    best = os.path.join(options.output_dir, checkpointing.BEST_PREFIX)
+    best = os.path.join(options.output_dir, training_format.BEST_PREFIX)
     path = best if tf.io.gfile.exists(best + ".index") else None
     path = path or checkpointing.latest_checkpoint(options.output_dir)
     if path:
-        checkpointing.restore_model_weights(model, path)
+        training_format.restore_model_weights(model, path)
     elif options.init_checkpoint:
         path = resolve_checkpoint(options.init_checkpoint)
         load_finetuning_weights(model, path, require_head=True)
@@ -432,10 +417,7 @@ def load_final_weights(model, options):
             f"--output_dir={options.output_dir} holds no checkpoint to evaluate or predict "
             "with; train first (--do_train) or pass --init_checkpoint of a fine-tuned model."
         )
-    step = None
-    if checkpointing.is_training_checkpoint(path):
-        prefix = checkpointing.checkpoint_prefix(path)
-        step = int(checkpointing.checkpoint_reader(prefix).get_tensor(_GLOBAL_STEP_KEY))
+    step = training_format.global_step(path)
     logging.info("Final weights: %s (global step %s).", path, step)
     return path, step
 

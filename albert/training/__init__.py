@@ -9,6 +9,5 @@ summaries.py     TensorBoard scalars and the console progress line
 loop.py          the engine: `run(task, strategy, options, optimizer_fn)`
 predict.py       the predict pass over every example (fine-tuning metrics, prediction files)
 task.py          `TrainingTask`, what a job supplies (model, data, loss, metrics)
-pretraining.py   the MLM + SOP job behind run_pretraining.py
 flags.py         flags shared by every script, declared once
 """

@@ -1,24 +1,13 @@
-"""Training checkpoints: what they hold, saving, resuming, the best copy and the final export.
+"""The loop's checkpoints: when they are saved, resuming, the best copy and the run's records.
 
-Format. `output_dir/model.ckpt-<step>` is a TensorFlow object-based checkpoint whose keys
-follow the Keras variable paths, so they do not depend on Python attribute names:
-
-    model/<variable.path>/.ATTRIBUTES/VARIABLE_VALUE       e.g. model/encoder/
-        group_0_inner_group_0_attention/query/kernel/.ATTRIBUTES/VARIABLE_VALUE
-    optimizer/<optimizer variable path>/...                e.g. optimizer/lamb/
-        embeddings_word_embeddings_m/...
-    global_step/.ATTRIBUTES/VARIABLE_VALUE
-
-(Keras 3 layers kept in nested Python lists, like the encoder's groups, are invisible to
-`tf.train.Checkpoint(model=model)`; keying by path avoids that trap.) The data iterator of
-each worker is saved next to it as `input_state/worker_<i>/ckpt-<step>`, written before the
-checkpoint itself: `tf.train.CheckpointManager` commits a checkpoint by rewriting the
+What a checkpoint holds (keys by variable path, `global_step`, the dropout layers' random
+state under `rng/`) is the training format, owned by `albert.checkpoints.training_format`;
+this module decides when to write one and what to resume from. The data iterator of each
+worker is saved next to a checkpoint as `input_state/worker_<i>/ckpt-<step>`, written before
+the checkpoint itself: `tf.train.CheckpointManager` commits a checkpoint by rewriting the
 `checkpoint` file atomically, so a run killed at any moment resumes from a checkpoint whose
-input state exists. The random state of the step (the dropout layers' seed generators, see
-`albert.modeling.dropout`) is saved under `rng/dropout_seed_<i>`, numbered in the order of
-`model.variables`, so a resumed run draws the masks an uninterrupted one would. The best
-weights by the task's metric are kept as `model.ckpt-best` (the original's name; see
-`TrainingTask.save_best`).
+input state exists. The best weights by the task's metric are kept as `model.ckpt-best`
+(see `TrainingTask.save_best`).
 
 A checkpoint whose files are damaged (a disk that filled up, a copy cut short) is skipped on
 resume for the newest intact one, with a warning naming it.
@@ -40,15 +29,23 @@ import tensorflow as tf
 from absl import logging
 
 from albert import fileio
-from albert.errors import AlbertError
+from albert.checkpoints import CheckpointError
+from albert.checkpoints.training_format import (
+    CHECKPOINT_NAME,
+    GLOBAL_STEP_KEY,
+    MODEL_KEY,
+    OPTIMIZER_KEY,
+    RNG_KEY,
+    checkpoint_reader,
+    rng_tree,
+    stored_shapes,
+    variable_tree,
+)
 
-CHECKPOINT_NAME = "model.ckpt"
-BEST_PREFIX = "model.ckpt-best"
 BEST_INFO_FILE = "best_checkpoint.txt"
 # The step of the last checkpoint evaluated during training (resume evaluates a newer one).
 EVALUATED_FILE = "evaluated_checkpoint.txt"
 INPUT_STATE_DIR = "input_state"
-RNG_KEY = "rng"
 FAULT_POINT_ENV = "ALBERT_FAULT_POINT"
 
 
@@ -58,79 +55,6 @@ def fault_point(name, step):
         logging.warning("%s=%s: killing this process.", FAULT_POINT_ENV, f"{name}:{step}")
         logging.flush()
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-class CheckpointError(AlbertError):
-    """A checkpoint that does not match the model or the run."""
-
-
-def variable_tree(variables):
-    """Nested trackables whose checkpoint keys are the variables' paths.
-
-    Args:
-        variables: Keras (or tf) variables with a `path` (or `name`) attribute.
-
-    Returns:
-        A `tf.train.Checkpoint` node whose children follow the "/"-separated paths.
-
-    Raises:
-        CheckpointError: two variables with the same path.
-    """
-    tree = {}
-    for variable in variables:
-        path = getattr(variable, "path", None) or variable.name.split(":")[0]
-        node = tree
-        *parents, leaf = path.split("/")
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise CheckpointError(f"Variable path {path!r} clashes with another variable.")
-        if leaf in node:
-            raise CheckpointError(f"Two variables share the path {path!r}.")
-        node[leaf] = variable  # Keras variables are trackable under the TensorFlow backend.
-    return _to_trackable(tree)
-
-
-def _to_trackable(tree):
-    children = {k: _to_trackable(v) if isinstance(v, dict) else v for k, v in tree.items()}
-    return tf.train.Checkpoint(**children)
-
-
-def rng_variables(model):
-    """The model's random state: the variables that are not weights (seed generators')."""
-    weights = {id(w) for w in model.weights}
-    return [v for v in model.variables if id(v) not in weights]
-
-
-def _rng_tree(model):
-    return tf.train.Checkpoint(
-        **{f"dropout_seed_{i}": v for i, v in enumerate(rng_variables(model))}
-    )
-
-
-def checkpoint_prefix(path):
-    """A checkpoint prefix: `path` itself, or the latest checkpoint of the directory `path`.
-
-    A prefix is recognised by its `.index` file, never by asking whether `path` is a
-    directory: on ram:// and some object stores every path prefix "is" a directory.
-    """
-    if tf.io.gfile.exists(path + ".index"):
-        return path
-    return tf.train.latest_checkpoint(path) or path
-
-
-def checkpoint_reader(path):
-    """A reader of the checkpoint `path` names (a prefix, or a run's directory).
-
-    `tf.train.load_checkpoint` and `tf.train.list_variables` ask `isdir` first, which on
-    ram:// is true for the prefix itself; the reader here is given the prefix directly.
-    """
-    return tf.compat.v1.train.NewCheckpointReader(checkpoint_prefix(path))
-
-
-def stored_shapes(path):
-    """{checkpoint key: shape} of the checkpoint `path` names."""
-    return checkpoint_reader(path).get_variable_to_shape_map()
 
 
 def latest_checkpoint(directory):
@@ -166,36 +90,6 @@ def is_intact(prefix):
     return True
 
 
-def is_training_checkpoint(path):
-    """Whether `path` (a prefix, or a run's directory) is a checkpoint of this training code."""
-    try:
-        names = list(stored_shapes(path))
-    except (tf.errors.OpError, ValueError):
-        return False
-    return "global_step/.ATTRIBUTES/VARIABLE_VALUE" in names and any(
-        n.startswith("model/") for n in names
-    )
-
-
-def restore_model_weights(model, path):
-    """Loads only the model weights of a training checkpoint (e.g. `model.ckpt-300`).
-
-    Raises:
-        CheckpointError: a model weight missing from the checkpoint or of another shape.
-    """
-    path = checkpoint_prefix(path)
-    stored = stored_shapes(path)
-    for weight in model.weights:
-        key = f"model/{weight.path}/.ATTRIBUTES/VARIABLE_VALUE"
-        if key not in stored or list(stored[key]) != list(weight.shape):
-            found = "missing" if key not in stored else f"stored with shape {stored[key]}"
-            raise CheckpointError(
-                f"{path} does not fit this model: {weight.path} {tuple(weight.shape)} is "
-                f"{found}; check that albert_config_file matches the run that wrote it."
-            )
-    tf.train.Checkpoint(model=variable_tree(model.weights)).restore(path).expect_partial()
-
-
 def first_line(error):
     return str(error).strip().splitlines()[0][:300]
 
@@ -219,11 +113,11 @@ class TrainingCheckpoints:
         self.global_step = global_step
         self.worker_index = worker_index
         parts = {
-            "model": variable_tree(model.weights),
-            "optimizer": variable_tree(optimizer.variables),
-            "global_step": global_step,
+            MODEL_KEY: variable_tree(model.weights),
+            OPTIMIZER_KEY: variable_tree(optimizer.variables),
+            GLOBAL_STEP_KEY: global_step,
         }
-        self.checkpoint = tf.train.Checkpoint(**parts, **{RNG_KEY: _rng_tree(model)})
+        self.checkpoint = tf.train.Checkpoint(**parts, **{RNG_KEY: rng_tree(model)})
         # For checkpoints written before the random state was saved.
         self._checkpoint_without_rng = tf.train.Checkpoint(**parts)
         self.manager = tf.train.CheckpointManager(
@@ -332,20 +226,6 @@ class TrainingCheckpoints:
             os.path.join(self.output_dir, EVALUATED_FILE),
             {"global_step": step, "checkpoint": checkpoint_path},
         )
-
-
-def copy_checkpoint(source_prefix, target_prefix):
-    """Copies the files of the checkpoint `source_prefix` to `target_prefix`.
-
-    Each file is copied to a temporary name and renamed. The old index goes first and the new
-    one comes last (the index is what makes a prefix restorable), so a copy cut short leaves
-    no restorable mix of old and new files under `target_prefix`.
-    """
-    files = tf.io.gfile.glob(source_prefix + ".*")
-    fileio.remove_quietly(target_prefix + ".index")
-    for path in sorted(files, key=lambda p: p.endswith(".index")):
-        with fileio.atomic_path(target_prefix + path[len(source_prefix) :]) as temporary:
-            tf.io.gfile.copy(path, temporary, overwrite=True)
 
 
 def write_key_values(path, values):

@@ -22,6 +22,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from albert.checkpoints.training_format import BEST_PREFIX
 from albert.metrics import write_eval_results
 from albert.training import checkpointing
 from albert.training import strategy as strategy_lib
@@ -332,7 +333,7 @@ def _keep_best(state, metrics, checkpoint_path):
     best = state.checkpoints.best_value()
     if best is not None and metrics[name] <= best:
         return
-    prefix = os.path.join(state.options.output_dir, checkpointing.BEST_PREFIX)
+    prefix = os.path.join(state.options.output_dir, BEST_PREFIX)
     state.task.save_best(state.model, checkpoint_path, prefix)
     step = int(checkpoint_path.rsplit("-", 1)[1])
     state.checkpoints.record_best(step, name, metrics[name], checkpoint_path)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from albert.modeling.dropout import replica_seed
+from albert.replica_scope import replica_scope
 
 # Sums the loop adds to a task's own.
 _LOOP_METRICS = ("examples", "loss", "gradient_norm")
@@ -115,10 +115,11 @@ class Trainer:
         return context.all_reduce(tf.distribute.ReduceOp.SUM, local)
 
     def _forward_backward_fn(self, features, normalizers, replica_id):
-        # `replica_id` is a tensor argument, so one trace serves every replica; dropout folds
-        # it into its seeds and each replica draws its own masks (albert.modeling.dropout).
+        # `replica_id` is a tensor argument, so one trace serves every replica; the model's
+        # dropout folds it into its seeds and each replica draws its own masks
+        # (albert.replica_scope).
         variables = self.model.trainable_variables
-        with tf.GradientTape() as tape, replica_seed(replica_id):
+        with tf.GradientTape() as tape, replica_scope(replica_id):
             loss, sums = self.task.compute_loss(self.model, features, normalizers, training=True)
             scaled_loss = self.optimizer.scale_loss(loss) if self.loss_scaled else loss
         grads = tape.gradient(scaled_loss, variables)

@@ -30,7 +30,7 @@ def test_a_failed_rerun_leaves_every_file_as_it_was(tmp_path):
     before = _snapshot(output_dir)
     assert (output_dir / "albert_config.json") in before
     # Another hidden_size cannot resume from these checkpoints.
-    with pytest.raises(checkpointing.CheckpointError, match="Cannot resume from .*model.ckpt-4"):
+    with pytest.raises(CheckpointError, match="Cannot resume from .*model.ckpt-4"):
         tiny_pretraining_run(tmp_path, output_dir, num_train_steps=8, hidden_size=32)
     assert _snapshot(output_dir) == before
 

@@ -14,10 +14,11 @@ sys.path.insert(0, str(TESTS / "training"))
 
 import synthetic_pretraining as synthetic  # noqa: E402
 
+from albert.checkpoints import CheckpointError  # noqa: E402
 from albert.config import AlbertConfig  # noqa: E402
+from albert.tasks.pretraining import PretrainingTask  # noqa: E402
 from albert.training import checkpointing, loop  # noqa: E402
 from albert.training.optimization import create_optimizer  # noqa: E402
-from albert.training.pretraining import PretrainingTask  # noqa: E402
 
 DROPOUT = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
 
@@ -78,6 +79,6 @@ def test_every_checkpoint_damaged_is_one_clear_error(tmp_path):
     index = output_dir / "model.ckpt-4.index"
     index.write_bytes(b"")
     before = {p: p.read_bytes() for p in output_dir.rglob("*") if p.is_file()}
-    with pytest.raises(checkpointing.CheckpointError, match=r"No checkpoint in .* can be read"):
+    with pytest.raises(CheckpointError, match=r"No checkpoint in .* can be read"):
         tiny_pretraining_run(tmp_path, output_dir, num_train_steps=4)
     assert {p: p.read_bytes() for p in output_dir.rglob("*") if p.is_file()} == before

@@ -13,13 +13,13 @@ import pytest
 import synthetic_glue as synthetic
 import tensorflow as tf
 
-from albert.checkpoints import CheckpointError, save_checkpoint
+from albert.checkpoints import CheckpointError, save_checkpoint, training_format
 from albert.config import AlbertConfig
 from albert.modeling import AlbertBackbone, AlbertClassifier, AlbertPretrainer
 from albert.tasks import engine
+from albert.tasks.pretraining import PretrainingTask
 from albert.training import checkpointing, loop
 from albert.training.optimization import create_optimizer
-from albert.training.pretraining import PretrainingTask
 
 CONFIG = AlbertConfig.from_dict(synthetic.TINY_CONFIG)
 
@@ -69,7 +69,7 @@ def pretraining_dir(tmp_path_factory):
     path = _write_training_checkpoint(latest, directory, 7)
     best = _randomized(AlbertPretrainer(CONFIG), seed=2)
     task = PretrainingTask.__new__(PretrainingTask)
-    task.save_best(best, path, os.path.join(directory, checkpointing.BEST_PREFIX))
+    task.save_best(best, path, os.path.join(directory, training_format.BEST_PREFIX))
     save_checkpoint(latest, str(directory), "keras")
     return directory, latest, best
 
@@ -132,7 +132,7 @@ def test_mismatched_config_is_a_clear_error(pretraining_dir, tmp_path):
     other = CONFIG.replace(hidden_size=48, intermediate_size=40)
     with pytest.raises(CheckpointError, match="hidden_size=48 vs 32"):
         engine.load_finetuning_weights(_classifier(config=other), str(directory))
-    with pytest.raises(checkpointing.CheckpointError, match="does not fit this model"):
+    with pytest.raises(CheckpointError, match="does not fit this model"):
         engine.load_finetuning_weights(_classifier(config=other), str(directory / "model.ckpt-7"))
     with pytest.raises(CheckpointError, match="No checkpoint found"):
         engine.load_finetuning_weights(_classifier(), str(tmp_path / "missing"))
@@ -148,8 +148,8 @@ def test_final_weights_prefer_the_best_checkpoint(tmp_path):
     model = _classifier()
     assert engine.load_final_weights(model, options) == (path, 20)
     _assert_equal(model.weights, _values(last.weights))
-    best = os.path.join(tmp_path, checkpointing.BEST_PREFIX)
-    checkpointing.copy_checkpoint(os.path.join(tmp_path, "model.ckpt-10"), best)
+    best = os.path.join(tmp_path, training_format.BEST_PREFIX)
+    training_format.copy_checkpoint(os.path.join(tmp_path, "model.ckpt-10"), best)
     model = _classifier()
     assert engine.load_final_weights(model, options) == (best, 10)
     _assert_equal(model.weights, _values(_classifier(seed=7).weights))

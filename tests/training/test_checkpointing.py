@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from albert.checkpoints import CheckpointError, training_format
 from albert.config import AlbertConfig
 from albert.modeling import AlbertPretrainer
 from albert.training import checkpointing
@@ -22,7 +23,7 @@ def test_every_weight_is_saved_under_its_path(tmp_path):
     plain_keys = [n for n, _ in tf.train.list_variables(plain) if n.startswith("model/")]
     assert len(plain_keys) < len(model.weights)
 
-    path = tf.train.Checkpoint(model=checkpointing.variable_tree(model.weights)).write(
+    path = tf.train.Checkpoint(model=training_format.variable_tree(model.weights)).write(
         str(tmp_path / "ours")
     )
     keys = {n for n, _ in tf.train.list_variables(path) if n.startswith("model/")}
@@ -35,18 +36,20 @@ def test_restore_model_weights_round_trip_and_mismatch(tmp_path):
     source = AlbertPretrainer(_config())
     step = tf.Variable(3, dtype=tf.int64)
     prefix = tf.train.Checkpoint(
-        model=checkpointing.variable_tree(source.weights), global_step=step
+        model=training_format.variable_tree(source.weights), global_step=step
     ).write(str(tmp_path / "model.ckpt-3"))
-    assert checkpointing.is_training_checkpoint(prefix)
-    assert not checkpointing.is_training_checkpoint(str(tmp_path / "missing"))
+    assert training_format.is_training_checkpoint(prefix)
+    assert not training_format.is_training_checkpoint(str(tmp_path / "missing"))
 
     target = AlbertPretrainer(_config())
-    checkpointing.restore_model_weights(target, prefix)
+    training_format.restore_model_weights(target, prefix)
     for a, b in zip(source.weights, target.weights, strict=True):
         assert np.array_equal(a.numpy(), b.numpy()), a.path
 
-    with pytest.raises(checkpointing.CheckpointError, match="albert_config_file"):
-        checkpointing.restore_model_weights(AlbertPretrainer(_config(num_hidden_groups=4)), prefix)
+    with pytest.raises(CheckpointError, match="albert_config_file"):
+        training_format.restore_model_weights(
+            AlbertPretrainer(_config(num_hidden_groups=4)), prefix
+        )
 
 
 def test_key_values_round_trip(tmp_path):

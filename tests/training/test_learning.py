@@ -16,9 +16,9 @@ import tensorflow as tf
 from albert.config import AlbertConfig
 from albert.data import records
 from albert.quickstart import TINY_CONFIG, Recipe, build_corpus
+from albert.tasks.pretraining import PretrainingTask
 from albert.training import loop
 from albert.training.optimization import create_optimizer
-from albert.training.pretraining import PretrainingTask
 
 RECIPE = Recipe()  # the quickstart's settings
 SEQ, PREDICTIONS = RECIPE.max_seq_length, RECIPE.max_predictions_per_seq

@@ -28,9 +28,9 @@ def _run_all(tmp_path):
     import synthetic_pretraining as synthetic
 
     from albert.config import AlbertConfig
+    from albert.tasks.pretraining import PretrainingTask
     from albert.training import loop
     from albert.training.optimization import create_optimizer
-    from albert.training.pretraining import PretrainingTask
 
     data = synthetic.write_records(tmp_path / "train.tfrecord", 64, seed=3)
     config = AlbertConfig.from_dict(synthetic.TINY_CONFIG)

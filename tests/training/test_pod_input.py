@@ -166,7 +166,7 @@ def _pretraining_reports(tmp_path):
 
     from albert.config import AlbertConfig
     from albert.data import records
-    from albert.training.pretraining import PretrainingTask
+    from albert.tasks.pretraining import PretrainingTask
 
     # 3 files of 5, 4 and 4 records: input_ids[1] numbers each record.
     files, number = [], 0
@@ -229,7 +229,7 @@ def _mirrored_main(tmp_path, output):
     import synthetic_pretraining as synthetic
 
     from albert.config import AlbertConfig
-    from albert.training.pretraining import PretrainingTask, pretraining_metrics
+    from albert.tasks.pretraining import PretrainingTask, pretraining_metrics
     from albert.training.steps import Trainer
 
     data = synthetic.write_records(tmp_path / "eval.tfrecord", 10, seed=5)

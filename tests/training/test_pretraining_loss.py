@@ -3,7 +3,10 @@
 import numpy as np
 import tensorflow as tf
 
-from albert.training.pretraining import pretraining_loss, pretraining_metrics
+from albert.tasks.pretraining import (
+    pretraining_loss,
+    pretraining_metrics,
+)
 
 B, P, V = 3, 5, 99
 

@@ -12,8 +12,8 @@ import synthetic_pretraining as synthetic
 import tensorflow as tf
 from absl import flags
 
+from albert.tasks import pretraining
 from albert.training import flags as flags_lib
-from albert.training import pretraining
 from albert.training.checkpointing import read_key_values
 
 REPO = Path(__file__).resolve().parents[2]

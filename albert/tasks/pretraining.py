@@ -20,12 +20,13 @@ import os
 import re
 import tempfile
 
+from albert.checkpoints import CheckpointError, tf1, training_format
 from albert.config import AlbertConfig
 from albert.data import records
 from albert.modeling import AlbertPretrainer
 from albert.modeling.losses import loss_normalizers, pretraining_loss
-from albert.training import checkpointing, loop
 from albert.training import flags as flags_lib
+from albert.training import loop
 from albert.training.task import TrainingTask
 
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
@@ -139,22 +140,16 @@ class PretrainingTask(TrainingTask):
         super().load_initial_weights(source, path)
         copy_from_group0(source, model)
 
-    def prepare_output_dir(self, output_dir):
-        """albert_config.json beside the checkpoints, as in the released tarballs."""
-        self.config.to_json_file(os.path.join(output_dir, "albert_config.json"))
-
     def save_best(self, model, checkpoint_path, best_prefix):
         """`model.ckpt-best` in the original's TF1 names, like a released model: the original
         code, `albert.load_checkpoint` and the converter all read it. Sharing modes TF1 names
         cannot express keep a copy of the training checkpoint instead."""
-        from albert.checkpoints import CheckpointError, tf1
-
         with tempfile.TemporaryDirectory() as directory:
             try:
                 prefix = tf1.save(model, directory, prefix_name=os.path.basename(best_prefix))
             except CheckpointError:
                 return super().save_best(model, checkpoint_path, best_prefix)
-            checkpointing.copy_checkpoint(prefix, best_prefix)
+            training_format.copy_checkpoint(prefix, best_prefix)
 
 
 def copy_from_group0(source, target):
