@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# Slow tier: a Python subprocess per entry module and per case (~50 s).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 MODULES = [
     "run_pretraining", "run_classifier", "run_squad", "run_squad_v1", "run_squad_v2",

@@ -70,6 +70,7 @@ def _keras_logits(model, task_name, sentences_a, sentences_b=None):
     return np.asarray(model(inputs)["logits"], np.float64)
 
 
+@pytest.mark.slow
 def test_exported_models_match_keras_in_a_fresh_process(tmp_path):
     pair_model, single_model = _model(3, seed=1), _model(1, seed=2)
     export_classifier(pair_model, SPM_MODEL, True, MAX_SEQ_LENGTH, glue.MNLI_LABELS,
@@ -107,6 +108,7 @@ def _tree(path):
     return {p.relative_to(path): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_a_failed_export_leaves_the_earlier_one_and_a_new_one_replaces_it_whole(
     tmp_path, monkeypatch
 ):

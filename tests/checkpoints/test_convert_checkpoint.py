@@ -90,6 +90,7 @@ def test_main_converts_from_flags(tmp_path):
     assert (tmp_path / "albert_config.json").is_file()
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line_without_traceback(tmp_path):
     result = _run_cli(
         f"--input={tmp_path / 'missing'}", f"--output={tmp_path / 'out'}", "--output_format=tf1"

@@ -141,6 +141,7 @@ def _run_classifier(*args, env=None):
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
 
 
+@pytest.mark.slow
 def test_cli_prints_one_line_and_keeps_files_intact(tmp_path):
     (tmp_path / "SST-2").mkdir()
     (tmp_path / "SST-2" / "train.tsv").write_text("sentence\tlabel\nA fine film .\t1\n")

@@ -26,6 +26,9 @@ import synthetic_pretraining  # noqa: E402
 
 from albert.training.checkpointing import read_key_values  # noqa: E402
 
+# Slow tier: kills training subprocesses at each fault point and resumes them (~2 min).
+pytestmark = pytest.mark.slow
+
 DROPOUT = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
 KILLED = -9  # the return code of a process ended by SIGKILL
 

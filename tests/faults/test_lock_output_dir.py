@@ -33,6 +33,7 @@ def _snapshot(directory):
     return {p: p.read_bytes() for p in Path(directory).rglob("*") if p.is_file()}
 
 
+@pytest.mark.slow
 def test_a_second_run_on_a_held_output_dir_stops_naming_the_first(tmp_path):
     output_dir = tmp_path / "run"
     tiny_pretraining_run(tmp_path, output_dir, num_train_steps=4)

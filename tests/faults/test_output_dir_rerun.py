@@ -19,6 +19,9 @@ from albert.checkpoints import CheckpointError  # noqa: E402
 from albert.convert_checkpoint import convert  # noqa: E402
 from albert.training import checkpointing  # noqa: E402
 
+# Slow tier: training, conversion and fine-tuning runs (~20 s).
+pytestmark = pytest.mark.slow
+
 
 def _snapshot(directory):
     return {p: p.read_bytes() for p in Path(directory).rglob("*") if p.is_file()}

@@ -17,6 +17,9 @@ import synthetic_glue as synthetic  # noqa: E402
 import test_race_task  # noqa: E402
 import test_squad_task  # noqa: E402
 
+# Slow tier: fine-tunes SQuAD and RACE end to end (~15 s).
+pytestmark = pytest.mark.slow
+
 
 def _to_ram(local, remote):
     """Copies a local file or folder tree to `remote` on ram://; returns `remote`."""

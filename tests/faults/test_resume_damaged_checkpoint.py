@@ -19,6 +19,9 @@ from albert.training import checkpointing, loop  # noqa: E402
 from albert.training.optimization import create_optimizer  # noqa: E402
 from albert.training.pretraining import PretrainingTask  # noqa: E402
 
+# Slow tier: trains the tiny pretrainer again in every test (~12 s).
+pytestmark = pytest.mark.slow
+
 DROPOUT = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
 
 

@@ -67,6 +67,7 @@ def forward_here():
     }, data
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     importlib.util.find_spec("jax") is None,
     reason="Keras' numpy backend imports jax, which is not installed",

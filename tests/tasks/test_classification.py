@@ -47,6 +47,7 @@ def sst2(tmp_path_factory):
     return root, data_dir, output_dir, flags, metrics
 
 
+@pytest.mark.slow
 def test_sst2_reaches_near_perfect_dev_accuracy(sst2):
     _, _, output_dir, _, metrics = sst2
     assert metrics["accuracy"] >= 0.97, metrics
@@ -59,6 +60,7 @@ def test_sst2_reaches_near_perfect_dev_accuracy(sst2):
     assert {"loss", "accuracy"} <= _scalar_tags(output_dir / "eval")
 
 
+@pytest.mark.slow
 def test_sst2_prediction_files_have_the_glue_format(sst2):
     _, data_dir, output_dir, _, _ = sst2
     examples = glue.read_examples("sst-2", data_dir, "test")
@@ -75,6 +77,7 @@ def test_sst2_prediction_files_have_the_glue_format(sst2):
     assert [str(i) for i in probabilities.argmax(axis=1)] == expected
 
 
+@pytest.mark.slow
 def test_sst2_export_serves_the_predicted_weights(sst2):
     root, data_dir, output_dir, _, _ = sst2
     serve = tf.saved_model.load(str(root / "export")).signatures["serving_default"]
@@ -86,6 +89,7 @@ def test_sst2_export_serves_the_predicted_weights(sst2):
     assert labels == [row[1] for row in _rows(output_dir / "SST-2.tsv")[1:]]
 
 
+@pytest.mark.slow
 def test_second_run_reads_the_feature_cache(sst2, monkeypatch):
     root, _, output_dir, flags, metrics = sst2
     assert len(list((root / "cache").glob("sst-2_dev_seq32_*.tfrecord"))) == 1
@@ -107,6 +111,7 @@ def _task(data_dir, task_name, config=None):
     return classification.GlueTask(task_name, data_dir, tokenizer, config, 32, 16, 10, 7)
 
 
+@pytest.mark.slow
 def test_stsb_pearson_rises_from_chance(tmp_path):
     data_dir = synthetic.write_stsb(tmp_path / "glue")
     config = synthetic.write_config(tmp_path / "config.json")

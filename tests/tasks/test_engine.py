@@ -168,6 +168,7 @@ print(json.dumps({"metrics": metrics, "probabilities": probabilities.tolist()}))
 """
 
 
+@pytest.mark.slow
 def test_two_replicas_give_the_one_device_result(tmp_path):
     """The same global batches, so the same training, dev metrics and test predictions as
     one device: per-replica batching, padding and the order of gathered rows are right."""

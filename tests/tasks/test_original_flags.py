@@ -237,6 +237,7 @@ def test_feature_file_flags_select_the_cache_directory(tmp_path):
     assert finetuning_flags.feature_file_directory(bare, ("train_file",)) == "c"
 
 
+@pytest.mark.slow
 def test_threshold_to_export_is_served_with_the_predictions(tmp_path):
     config = AlbertConfig(vocab_size=1000, embedding_size=10, hidden_size=18,
                           num_attention_heads=3, intermediate_size=22, num_hidden_layers=1,

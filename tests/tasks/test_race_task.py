@@ -47,6 +47,7 @@ def run_race(*args):
     return race.run_from_flags(flag_values), flag_values
 
 
+@pytest.mark.slow
 def test_synthetic_race_is_learned(tmp_path):
     data_dir = write_race(tmp_path / "data", {"train": 150, "dev": 30, "test": 11}, seed=0)
     config = synthetic.write_config(tmp_path / "config.json")

@@ -56,6 +56,7 @@ def mnli(tmp_path_factory):
     return root, data_dir, output_dir
 
 
+@pytest.mark.slow
 def test_ax_is_predicted_with_the_mnli_model(mnli):
     root, data_dir, mnli_dir = mnli
     ax_dir = root / "ax_out"
@@ -85,6 +86,7 @@ def test_ax_is_predicted_with_the_mnli_model(mnli):
     assert [r[1] for r in rows[1:]] == [glue.MNLI_LABELS[i] for i in expected.argmax(axis=1)]
 
 
+@pytest.mark.slow
 def test_mismatched_dev_is_evaluated_with_the_mnli_model(mnli):
     root, data_dir, mnli_dir = mnli
     metrics, _ = synthetic.run_classifier(
@@ -96,6 +98,7 @@ def test_mismatched_dev_is_evaluated_with_the_mnli_model(mnli):
     assert float(results["accuracy"]) == pytest.approx(metrics["accuracy"])
 
 
+@pytest.mark.slow
 def test_init_checkpoint_from_an_official_tf1_checkpoint(tmp_path):
     config = AlbertConfig.from_dict(synthetic.TINY_CONFIG)
     source = AlbertPretrainer(config)
@@ -150,6 +153,7 @@ def test_user_errors_name_the_flag(sst2_data, tmp_path, changes, error, message)
         synthetic.run_classifier(*args)
 
 
+@pytest.mark.slow
 def test_bad_flags_print_one_line_without_traceback(tmp_path):
     command = [
         sys.executable, str(REPO / "run_classifier.py"), "--task_name=glue",

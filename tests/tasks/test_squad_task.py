@@ -61,6 +61,7 @@ def tiny_flags(config, output_dir, train_file, predict_file):
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_synthetic_squad_is_learned_and_exported(tmp_path):
     train = write_marker_squad(tmp_path / "train.json", 400, seed=0)
     dev = write_marker_squad(tmp_path / "dev.json", 60, seed=1)
@@ -98,6 +99,7 @@ def test_synthetic_squad_is_learned_and_exported(tmp_path):
     assert served == expected == [predictions[f"q{i}"] for i in range(8)]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (SHARED_SQUAD / "dev-v2.0.json").exists(), reason="no shared SQuAD data")
 def test_squad_v2_on_the_dev_sample(tmp_path):
     dev = str(SHARED_SQUAD / "dev-v2.0.json")

@@ -113,6 +113,7 @@ def test_run_options_take_the_auto_xla_choice(monkeypatch):
     assert options.jit_compile
 
 
+@pytest.mark.slow
 def test_run_pretraining_without_precision_flags_logs_its_choice(tmp_path):
     train = synthetic.write_records(tmp_path / "train.tfrecord", 8, seed=1)
     config = synthetic.write_config(tmp_path / "config.json")

@@ -20,6 +20,9 @@ from albert.training import loop
 from albert.training.optimization import create_optimizer
 from albert.training.pretraining import PretrainingTask
 
+# Slow tier: trains the quickstart's model for 600 steps (~1 min).
+pytestmark = pytest.mark.slow
+
 RECIPE = Recipe()  # the quickstart's settings
 SEQ, PREDICTIONS = RECIPE.max_seq_length, RECIPE.max_predictions_per_seq
 

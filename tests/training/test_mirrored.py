@@ -11,6 +11,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+# Slow tier: trains under a two-device strategy in a subprocess (~40 s).
+pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

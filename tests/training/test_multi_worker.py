@@ -7,10 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import synthetic_pretraining as synthetic
 import tensorflow as tf
 
 from tests.helpers import free_ports
+
+# Slow tier: two worker processes train together (~25 s).
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import free_ports
+
+# Slow tier: multi-host servers and subprocess runs (~15 s).
+pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

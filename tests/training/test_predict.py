@@ -79,6 +79,7 @@ def test_every_example_once_in_order_on_one_device():
     _check(predict_numbers(tf.distribute.get_strategy()), [0])
 
 
+@pytest.mark.slow
 def test_every_example_once_in_order_on_two_replicas():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
                PYTHONPATH=os.pathsep.join([str(HERE.parents[1]), str(HERE)]))  # fmt: skip

@@ -11,6 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# Slow tier: trains two replicas in a subprocess (~8 s).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 UNITS = 20  # mask bits per replica, packed into one float32 (exact below 2**24)
 

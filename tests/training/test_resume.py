@@ -11,8 +11,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import synthetic_pretraining as synthetic
 import tensorflow as tf
+
+# Slow tier: kills a run_pretraining subprocess and resumes it (~75 s).
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 NUM_STEPS = 40

@@ -72,6 +72,7 @@ def trained(records, tmp_path_factory):
     return output_dir, metrics
 
 
+@pytest.mark.slow
 def test_outputs_of_a_train_and_eval_run(trained):
     output_dir, metrics = trained
     results = read_key_values(output_dir / "eval_results.txt")
@@ -90,6 +91,7 @@ def test_outputs_of_a_train_and_eval_run(trained):
     assert best["metric"] == "masked_lm_accuracy" and best["global_step"] in ("3", "6")
 
 
+@pytest.mark.slow
 def test_best_checkpoint_and_export_load_with_the_project_tools(trained, tmp_path):
     from albert import AlbertConfig, AlbertPretrainer, load_checkpoint
     from albert.convert_checkpoint import convert
@@ -111,6 +113,7 @@ def test_best_checkpoint_and_export_load_with_the_project_tools(trained, tmp_pat
     assert Path(written).exists()
 
 
+@pytest.mark.slow
 def test_load_checkpoint_reads_a_training_checkpoint_and_the_run_directory(trained):
     from albert import AlbertConfig, AlbertPretrainer, load_checkpoint
     from albert.checkpoints import CheckpointError
@@ -130,6 +133,7 @@ def test_load_checkpoint_reads_a_training_checkpoint_and_the_run_directory(train
         load_checkpoint(AlbertPretrainer(config.replace(num_hidden_groups=2)), prefix)
 
 
+@pytest.mark.slow
 def test_init_checkpoint_restarts_the_step_with_the_given_weights(records, trained, tmp_path):
     output_dir, _ = trained
     for name, source in (("ours", output_dir / "model.ckpt-3"),
@@ -151,6 +155,7 @@ def test_init_checkpoint_restarts_the_step_with_the_given_weights(records, train
             assert np.array_equal(got[word], reader.get_tensor("bert/embeddings/word_embeddings"))
 
 
+@pytest.mark.slow
 def test_rerun_of_a_finished_run_trains_no_more(records, trained):
     output_dir, _ = trained
     before = _model_weights(output_dir / "model.ckpt-6")
@@ -170,6 +175,7 @@ def test_flag_errors_name_the_flag(records, tmp_path):
         _run(records, tmp_path / "c", "--do_train", "--max_seq_length=100")
 
 
+@pytest.mark.slow
 def test_mismatched_records_give_one_line_and_no_traceback(records, tmp_path):
     command = [
         sys.executable, str(REPO / "run_pretraining.py"), "--do_train",
@@ -192,6 +198,7 @@ def float32_policy():
     keras.mixed_precision.set_dtype_policy("float32")
 
 
+@pytest.mark.slow
 def test_jit_compile_and_mixed_precision_train_the_same_model(records, tmp_path, float32_policy):
     """--jit_compile gives the float32 run's weights; float16 (with loss scaling) and
     bfloat16 runs make nearly the same, finite update."""
@@ -226,6 +233,7 @@ def test_jit_compile_and_mixed_precision_train_the_same_model(records, tmp_path,
         assert cosine > least, (name, cosine)
 
 
+@pytest.mark.slow
 def test_init_from_group0_copies_group_0_into_every_group(records, trained, tmp_path):
     output_dir, _ = trained
     config = synthetic.write_config(tmp_path / "two_groups.json", num_hidden_groups=2)
