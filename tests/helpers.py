@@ -1,4 +1,5 @@
-"""Helpers shared by tests: a tiny SentencePiece model trained with the project's own code."""
+"""Helpers shared by tests: a tiny ALBERT config, a tiny SentencePiece model trained with the
+project's own code, free ports."""
 
 import os
 
@@ -26,6 +27,34 @@ Chop the onions, fry them in butter, then add garlic, tomatoes and fresh basil.
 Bake the bread at 220 degrees for 35 minutes until the crust turns golden brown.
 Vegetables, fruit, cheese and olive oil were sold at the market every Saturday.
 """
+
+# The tests' ALBERT, sizes deliberately uneven so that a swapped axis fails: V=99, E=10 != H=18
+# (3 heads of 6), I=37, 16 positions, 3 token types; 4 layers over 2 groups of 2 inner blocks.
+# tests/fixtures/hf_grouped has these sizes (tests/fixtures/make_hf_fixtures.py).
+TINY_CONFIG = dict(
+    vocab_size=99,
+    embedding_size=10,
+    hidden_size=18,
+    num_attention_heads=3,
+    intermediate_size=37,
+    num_hidden_layers=4,
+    num_hidden_groups=2,
+    inner_group_num=2,
+    max_position_embeddings=16,
+    type_vocab_size=3,
+)
+
+
+def tiny_config(**overrides):
+    """The tiny `AlbertConfig` (`TINY_CONFIG`) with `overrides`; other keys take the defaults.
+
+    Example:
+        >>> tiny_config(num_hidden_groups=1).to_dict()  # every key, for an albert_config.json
+    """
+    from albert.config import AlbertConfig
+
+    return AlbertConfig(**{**TINY_CONFIG, **overrides})
+
 
 _CACHE = {}
 

@@ -10,17 +10,24 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from albert.config import AlbertConfig
 from albert.data import glue
 from albert.export import export_classifier
 from albert.modeling import AlbertBackbone, AlbertClassifier
 from albert.tokenization import FullTokenizer
+from tests.helpers import tiny_config
 
 TESTS = Path(__file__).resolve().parent
 SPM_MODEL = str(TESTS / "fixtures" / "tokenizer" / "tiny.model")
 MAX_SEQ_LENGTH = 13
-CONFIG = AlbertConfig(vocab_size=1000, embedding_size=10, hidden_size=18, num_hidden_layers=3,
-                      num_attention_heads=3, intermediate_size=22, max_position_embeddings=20)  # fmt: skip
+CONFIG = tiny_config(
+    vocab_size=1000,
+    intermediate_size=22,
+    num_hidden_layers=3,
+    num_hidden_groups=1,
+    inner_group_num=1,
+    max_position_embeddings=20,
+    type_vocab_size=2,
+)
 # Cased, accented, long (cut to MAX_SEQ_LENGTH by the original's rule) and short texts.
 SENTENCES_A = ["The River flows to the SEA.", "Café crème, naïve pâté", "people came " * 9, "gold"]
 SENTENCES_B = ["world   time", "The society of schools, 1,000 miles", "free", "love " * 12]

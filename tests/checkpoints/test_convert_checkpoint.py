@@ -13,13 +13,13 @@ from checkpoint_testing import (
     random_arrays,
     read_tf1,
     reference_tf1_shapes,
-    tiny_config,
     write_tf1,
 )
 from safetensors.numpy import load_file
 
 from albert.checkpoints import CheckpointError
 from albert.convert_checkpoint import FLAGS, convert, main
+from tests.helpers import tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

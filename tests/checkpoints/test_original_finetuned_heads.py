@@ -9,7 +9,7 @@ to the backbone's outputs. Shape letters: B batch (3), T sequence (7), H hidden 
 
 import numpy as np
 import pytest
-from checkpoint_testing import random_arrays, read_tf1, reference_tf1_shapes, tiny_config, write_tf1
+from checkpoint_testing import random_arrays, read_tf1, reference_tf1_shapes, write_tf1
 
 from albert.checkpoints import load_checkpoint, save_checkpoint
 from albert.modeling import (
@@ -19,6 +19,7 @@ from albert.modeling import (
     AlbertQuestionAnswering,
 )
 from albert.tasks.engine import load_finetuning_weights
+from tests.helpers import tiny_config
 
 H = 18
 TOLERANCE = 1e-5

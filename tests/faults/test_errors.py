@@ -119,12 +119,22 @@ def test_traceback_switches(monkeypatch):
 
 
 def test_vocabulary_larger_than_the_config_is_refused_up_front():
-    from albert.config import AlbertConfig
     from albert.tokenization import FullTokenizer
+    from tests.helpers import tiny_config
 
     tokenizer = FullTokenizer(spm_model_file=str(SPM_MODEL))
-    config = AlbertConfig(vocab_size=999, embedding_size=8, hidden_size=8, num_attention_heads=2,
-                          intermediate_size=8, num_hidden_layers=1)  # fmt: skip
+    config = tiny_config(
+        vocab_size=999,
+        embedding_size=8,
+        hidden_size=8,
+        num_attention_heads=2,
+        intermediate_size=8,
+        num_hidden_layers=1,
+        num_hidden_groups=1,
+        inner_group_num=1,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+    )
     with pytest.raises(finetuning_flags.FlagError) as error:
         finetuning_flags.check_vocabulary(tokenizer, config)
     assert str(error.value) == (

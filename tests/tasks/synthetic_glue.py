@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.helpers import tiny_config
+
 TESTS = Path(__file__).resolve().parents[1]
 SPM_MODEL = str(TESTS / "fixtures" / "tokenizer" / "tiny.model")
 KEYWORD = "gold"
@@ -21,22 +23,20 @@ WORDS = ("came there miles book visitors people cars state current free century 
          "large way world love time street space friend women system").split()  # fmt: skip
 MNLI_LABELS = ("contradiction", "entailment", "neutral")
 
-TINY_CONFIG = {
-    "vocab_size": 1000,
-    "embedding_size": 16,
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_hidden_groups": 1,
-    "num_attention_heads": 2,
-    "intermediate_size": 48,
-    "inner_group_num": 1,
-    "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.0,
-    "attention_probs_dropout_prob": 0.0,
-    "max_position_embeddings": 64,
-    "type_vocab_size": 2,
-    "initializer_range": 0.02,
-}
+# Every word of the data is a piece of the 1000-piece SentencePiece model; every key, as a
+# config file holds.
+TINY_CONFIG = tiny_config(
+    vocab_size=1000,
+    embedding_size=16,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_hidden_groups=1,
+    num_attention_heads=2,
+    intermediate_size=48,
+    inner_group_num=1,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+).to_dict()
 
 
 def write_config(path, **changes):

@@ -11,13 +11,13 @@ import synthetic_glue as synthetic
 import tensorflow as tf
 from absl import flags
 
-from albert.config import AlbertConfig
 from albert.export import export_classifier
 from albert.modeling import AlbertClassifier
 from albert.tasks import classification, hyperparameters, race, squad
 from albert.tasks import flags as finetuning_flags
 from albert.training import flags as training_flags
 from albert.training.flags import FlagError
+from tests.helpers import tiny_config
 
 # Every flag each original script defines (google-research/albert, final versions).
 _TPU = ["use_tpu", "tpu_name", "tpu_zone", "gcp_project", "master", "num_tpu_cores"]
@@ -239,9 +239,15 @@ def test_feature_file_flags_select_the_cache_directory(tmp_path):
 
 @pytest.mark.slow
 def test_threshold_to_export_is_served_with_the_predictions(tmp_path):
-    config = AlbertConfig(vocab_size=1000, embedding_size=10, hidden_size=18,
-                          num_attention_heads=3, intermediate_size=22, num_hidden_layers=1,
-                          max_position_embeddings=20)  # fmt: skip
+    config = tiny_config(
+        vocab_size=1000,
+        intermediate_size=22,
+        num_hidden_layers=1,
+        num_hidden_groups=1,
+        inner_group_num=1,
+        max_position_embeddings=20,
+        type_vocab_size=2,
+    )
     model = AlbertClassifier(config, 2)
     export_classifier(model, synthetic.SPM_MODEL, True, 12, ("0", "1"), str(tmp_path / "with"),
                       sentence_pair=False, threshold=0.625)  # fmt: skip

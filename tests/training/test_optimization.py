@@ -4,7 +4,6 @@ import keras
 import numpy as np
 import pytest
 
-from albert.config import AlbertConfig
 from albert.modeling import AlbertPretrainer
 from albert.training.optimization import (
     AdamWeightDecay,
@@ -13,6 +12,7 @@ from albert.training.optimization import (
     WarmupPolynomialDecay,
     create_optimizer,
 )
+from tests.helpers import tiny_config
 
 
 class _Block(keras.layers.Layer):
@@ -102,8 +102,17 @@ def test_lamb_and_adamw_differ_and_exclusions_matter():
 
 
 def test_exclusions_on_the_albert_variables():
-    config = AlbertConfig(vocab_size=99, embedding_size=16, hidden_size=24, num_hidden_layers=2,
-                          num_attention_heads=2, intermediate_size=40)  # fmt: skip
+    config = tiny_config(
+        embedding_size=16,
+        hidden_size=24,
+        num_hidden_layers=2,
+        num_hidden_groups=1,
+        inner_group_num=1,
+        num_attention_heads=2,
+        intermediate_size=40,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+    )
     model = AlbertPretrainer(config)
     optimizer = Lamb(learning_rate=0.1)
     optimizer.build(model.trainable_variables)
