@@ -1,7 +1,10 @@
 """Helpers shared by tests: a tiny ALBERT config, a tiny SentencePiece model trained with the
-project's own code, free ports."""
+project's own code, free ports, summary tags, the original optimizers' update in numpy."""
 
 import os
+from pathlib import Path
+
+import numpy as np
 
 # Built-in training text: cased words, digits with commas, accents, the user symbols.
 TINY_TEXT = """\
@@ -107,3 +110,36 @@ def free_ports(count):
     for s in sockets:
         s.close()
     return ports
+
+
+def scalar_tags(directory):
+    """The tags of every summary value in the event files directly under `directory`."""
+    import tensorflow as tf
+
+    tags = set()
+    for path in Path(directory).glob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            tags.update(value.tag for value in event.summary.value)
+    return tags
+
+
+def original_optimizer_update(w, g, m, v, lr, decay, adapt, wd=0.01, b1=0.9, b2=0.999, eps=1e-6):
+    """One step of the original's update, line by line, in numpy: no bias correction.
+
+    `adapt=False` is optimization.py, AdamWeightDecayOptimizer.apply_gradients; `adapt=True`
+    adds the trust ratio of lamb_optimizer.py, LAMBOptimizer.apply_gradients (1 when either
+    norm is 0). `decay` and `adapt` say whether the variable escapes the exclusion lists.
+
+    Returns:
+        (new weight, new m, new v).
+    """
+    m = b1 * m + (1.0 - b1) * g
+    v = b2 * v + (1.0 - b2) * g * g
+    update = m / (np.sqrt(v) + eps)
+    if decay:
+        update = update + wd * w
+    ratio = 1.0
+    if adapt:
+        w_norm, u_norm = np.linalg.norm(w), np.linalg.norm(update)
+        ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
+    return w - ratio * lr * update, m, v

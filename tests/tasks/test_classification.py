@@ -16,16 +16,9 @@ from albert.data import glue
 from albert.tasks import classification, engine
 from albert.tokenization import FullTokenizer
 from albert.training.checkpointing import read_key_values
+from tests.helpers import scalar_tags
 
 STEPS = "--train_step=100"
-
-
-def _scalar_tags(directory):
-    tags = set()
-    for path in Path(directory).glob("events.out.tfevents.*"):
-        for event in tf.compat.v1.train.summary_iterator(str(path)):
-            tags.update(value.tag for value in event.summary.value)
-    return tags
 
 
 def _rows(path):
@@ -56,8 +49,8 @@ def test_sst2_reaches_near_perfect_dev_accuracy(sst2):
     best = read_key_values(output_dir / "best_checkpoint.txt")
     assert best["metric"] == "accuracy"
     assert results["global_step"] == best["global_step"]  # the final eval is of the best
-    assert {"loss", "accuracy", "learning_rate"} <= _scalar_tags(output_dir)
-    assert {"loss", "accuracy"} <= _scalar_tags(output_dir / "eval")
+    assert {"loss", "accuracy", "learning_rate"} <= scalar_tags(output_dir)
+    assert {"loss", "accuracy"} <= scalar_tags(output_dir / "eval")
 
 
 @pytest.mark.slow

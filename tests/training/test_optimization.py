@@ -12,7 +12,7 @@ from albert.training.optimization import (
     WarmupPolynomialDecay,
     create_optimizer,
 )
-from tests.helpers import tiny_config
+from tests.helpers import original_optimizer_update, tiny_config
 
 
 class _Block(keras.layers.Layer):
@@ -29,20 +29,6 @@ class _Block(keras.layers.Layer):
         # Starts at zero, so ||w|| = 0 and the trust ratio must fall back to 1.
         self.zero_kernel = self.add_weight(shape=(2, 3), initializer="zeros", name="zero_kernel")
         self.built = True
-
-
-def _numpy_update(w, g, m, v, lr, decay, adapt, wd=0.01, b1=0.9, b2=0.999, eps=1e-6):
-    """The original optimization.py, line by line."""
-    m = b1 * m + (1.0 - b1) * g
-    v = b2 * v + (1.0 - b2) * g * g
-    update = m / (np.sqrt(v) + eps)
-    if decay:
-        update = update + wd * w
-    ratio = 1.0
-    if adapt:
-        w_norm, u_norm = np.linalg.norm(w), np.linalg.norm(update)
-        ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
-    return w - ratio * lr * update, m, v
 
 
 @pytest.mark.parametrize("optimizer_class", [AdamWeightDecay, Lamb])
@@ -72,7 +58,7 @@ def test_update_matches_numpy_transcription(optimizer_class):
         optimizer.apply(grads, variables)
         adapt = optimizer_class is Lamb
         state = [
-            _numpy_update(w, g, m, v, lr, decay=not ex, adapt=adapt and not ex)
+            original_optimizer_update(w, g, m, v, lr, decay=not ex, adapt=adapt and not ex)
             for (w, m, v), g, ex in zip(state, grads, excluded, strict=True)
         ]
         for variable, (expected, _, _) in zip(variables, state, strict=True):

@@ -15,6 +15,7 @@ from absl import flags
 from albert.training import flags as flags_lib
 from albert.training import pretraining
 from albert.training.checkpointing import read_key_values
+from tests.helpers import scalar_tags
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_SCALARS = {
@@ -48,14 +49,6 @@ def _run(records, output_dir, *extra):
     return pretraining.run_from_flags(flag_values)
 
 
-def _scalar_tags(directory):
-    tags = set()
-    for path in Path(directory).glob("events.out.tfevents.*"):
-        for event in tf.compat.v1.train.summary_iterator(str(path)):
-            tags.update(value.tag for value in event.summary.value)
-    return tags
-
-
 def _model_weights(path):
     reader = tf.train.load_checkpoint(str(path))
     return {
@@ -82,8 +75,8 @@ def test_outputs_of_a_train_and_eval_run(trained):
     ]  # fmt: skip
     assert results["global_step"] == "6"
     assert abs(float(results["masked_lm_loss"]) - metrics["masked_lm_loss"]) < 1e-6
-    assert TRAIN_SCALARS <= _scalar_tags(output_dir)
-    assert {"masked_lm_accuracy", "sentence_order_accuracy"} <= _scalar_tags(output_dir / "eval")
+    assert TRAIN_SCALARS <= scalar_tags(output_dir)
+    assert {"masked_lm_accuracy", "sentence_order_accuracy"} <= scalar_tags(output_dir / "eval")
     assert sorted(p.name for p in output_dir.glob("model.ckpt-*.index")) == [
         "model.ckpt-3.index", "model.ckpt-6.index", "model.ckpt-best.index",
     ]  # fmt: skip
