@@ -15,6 +15,9 @@ import tensorflow as tf
 
 from albert.config import AlbertConfig
 from albert.data import records
+from albert.data.create_pretraining_data import PretrainingDataConfig, create_pretraining_data
+from albert.data.pretraining import InstanceOptions
+from albert.data.vocab import train_vocab
 from albert.quickstart import TINY_CONFIG, Recipe, build_corpus
 from albert.training import loop
 from albert.training.optimization import create_optimizer
@@ -29,15 +32,6 @@ SEQ, PREDICTIONS = RECIPE.max_seq_length, RECIPE.max_predictions_per_seq
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    try:
-        from albert.data.create_pretraining_data import (
-            PretrainingDataConfig,
-            create_pretraining_data,
-        )
-        from albert.data.pretraining import InstanceOptions
-        from albert.data.vocab import train_vocab
-    except ImportError as e:  # the data tools are another part of the project
-        pytest.skip(f"pretraining data tools unavailable: {e}")
     directory = str(tmp_path_factory.mktemp("learning"))
     train_text, eval_text = build_corpus(directory, held_out_every=8)
     spm_model = train_vocab([train_text], os.path.join(directory, "spm"), RECIPE.vocab_size)
