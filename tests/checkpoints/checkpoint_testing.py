@@ -1,7 +1,9 @@
 """Helpers for the checkpoint tests: random weights, TF1 files, the HF fixture's inputs.
 
-The TF1 names here are written out from the reference (docs/ALBERT_REFERENCE.md section 3),
-independently of `albert.checkpoints.tf1`, so the tests check the table against the facts.
+The TF1 names here are written out from the original's variable scopes, in modeling.py
+(AlbertModel, embedding_lookup, embedding_postprocessor, transformer_model) and
+run_pretraining.py (get_masked_lm_output, get_sentence_order_output), independently of
+`albert.checkpoints.tf1`, so the tests check the table against the facts.
 """
 
 import pathlib

@@ -1,10 +1,11 @@
 """Checkpoints fine-tuned by the original load with their heads, compute the original's
 logits, and export back to the same names and values.
 
-The head names and shapes are written out here from the original's classifier_utils.py,
-race_utils.py and squad_utils.py (docs/ALBERT_REFERENCE.md section 3), independently of
-`albert.checkpoints.tf1`; the expected logits are a numpy transcription of those heads applied
-to the backbone's outputs. Shape letters: B batch (3), T sequence (7), H hidden (18).
+The head names and shapes are written out here from the original's classifier_utils.py
+(create_model), race_utils.py (create_model) and squad_utils.py (create_v1_model,
+create_v2_model), independently of `albert.checkpoints.tf1`; the expected logits are a numpy
+transcription of those heads applied to the backbone's outputs. Shape letters: B batch (3),
+T sequence (7), H hidden (18).
 """
 
 import numpy as np

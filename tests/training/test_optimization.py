@@ -129,7 +129,8 @@ def test_exclusions_on_the_albert_variables():
 
 
 def _reference_schedule(step, init, total, warmup, start, power):
-    """The reference formula (ALBERT_REFERENCE.md section 6)."""
+    """The original's learning rate: optimization.py, create_optimizer (polynomial decay to 0,
+    linear warmup counted from start_warmup_step)."""
     decayed = init * (1.0 - min(step, total) / total) ** power
     if warmup and step - start < warmup:
         return init * (step - start) / warmup
