@@ -80,16 +80,34 @@ def _keras_logits(model, task_name, sentences_a, sentences_b=None):
 @pytest.mark.slow
 def test_exported_models_match_keras_in_a_fresh_process(tmp_path):
     pair_model, single_model = _model(3, seed=1), _model(1, seed=2)
-    export_classifier(pair_model, SPM_MODEL, True, MAX_SEQ_LENGTH, glue.MNLI_LABELS,
-                      str(tmp_path / "pair"))  # fmt: skip
-    export_classifier(single_model, SPM_MODEL, True, MAX_SEQ_LENGTH, (), str(tmp_path / "single"),
-                      sentence_pair=False)  # fmt: skip
+    export_classifier(
+        pair_model, SPM_MODEL, True, MAX_SEQ_LENGTH, glue.MNLI_LABELS, str(tmp_path / "pair")
+    )
+    export_classifier(
+        single_model,
+        SPM_MODEL,
+        True,
+        MAX_SEQ_LENGTH,
+        (),
+        str(tmp_path / "single"),
+        sentence_pair=False,
+    )
     result = subprocess.run(
-        [sys.executable, "-c", _LOAD_SCRIPT, str(tmp_path / "pair"), str(tmp_path / "single"),
-         json.dumps(SENTENCES_A), json.dumps(SENTENCES_B)],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [
+            sys.executable,
+            "-c",
+            _LOAD_SCRIPT,
+            str(tmp_path / "pair"),
+            str(tmp_path / "single"),
+            json.dumps(SENTENCES_A),
+            json.dumps(SENTENCES_B),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
         env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": ""},
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert not out["albert_imported"]

@@ -113,7 +113,15 @@ def test_every_layer_is_registered_and_its_config_round_trips(index):
     assert rebuilt.get_config() == config
 
 
-@pytest.mark.parametrize("cls", [AlbertBackbone, AlbertPretrainer, AlbertClassifier,
-                                 AlbertMultipleChoice, AlbertQuestionAnswering])  # fmt: skip
+@pytest.mark.parametrize(
+    "cls",
+    [
+        AlbertBackbone,
+        AlbertPretrainer,
+        AlbertClassifier,
+        AlbertMultipleChoice,
+        AlbertQuestionAnswering,
+    ],
+)
 def test_every_model_is_registered(cls):
     assert keras.saving.get_registered_name(cls) == f"albert>{cls.__name__}"

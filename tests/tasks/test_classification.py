@@ -34,9 +34,15 @@ def sst2(tmp_path_factory):
     output_dir = root / "out"
     flags = synthetic.tiny_run_flags(data_dir, output_dir, config, "sst-2")
     metrics, _ = synthetic.run_classifier(
-        *flags, STEPS, "--save_checkpoints_steps=50", "--do_train", "--do_eval",
-        "--do_predict", f"--cached_dir={root / 'cache'}", f"--export_dir={root / 'export'}",
-    )  # fmt: skip
+        *flags,
+        STEPS,
+        "--save_checkpoints_steps=50",
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+        f"--cached_dir={root / 'cache'}",
+        f"--export_dir={root / 'export'}",
+    )
     return root, data_dir, output_dir, flags, metrics
 
 
@@ -113,16 +119,22 @@ def test_stsb_pearson_rises_from_chance(tmp_path):
     before = task.evaluate(task.create_model(), tf.distribute.get_strategy())
     flags = synthetic.tiny_run_flags(data_dir, tmp_path / "out", config, "sts-b")
     after, _ = synthetic.run_classifier(
-        *flags, "--train_step=150", "--save_checkpoints_steps=150", "--do_train", "--do_eval",
+        *flags,
+        "--train_step=150",
+        "--save_checkpoints_steps=150",
+        "--do_train",
+        "--do_eval",
         "--do_predict",
-    )  # fmt: skip
+    )
     assert abs(before["pearson"]) < 0.5 and after["pearson"] > 0.95, (before, after)
     assert {"pearson", "spearman", "mse", "loss"} <= after.keys()
     submission = _rows(tmp_path / "out" / "STS-B.tsv")
     assert submission[0] == ["index", "prediction"] and len(submission) == 24
     scores = [float(row[1]) for row in submission[1:]]
-    assert all(0.0 <= s <= 5.0 and len(row[1].split(".")[1]) == 3
-               for s, row in zip(scores, submission[1:], strict=True))  # fmt: skip
+    assert all(
+        0.0 <= s <= 5.0 and len(row[1].split(".")[1]) == 3
+        for s, row in zip(scores, submission[1:], strict=True)
+    )
     raw = np.array(_rows(tmp_path / "out" / "test_results.tsv"), dtype=np.float64)
     assert raw.shape == (23, 1)
     assert np.max(np.abs(np.clip(raw[:, 0], 0, 5) - scores)) <= 5e-4
@@ -144,22 +156,34 @@ def test_loss_matches_numpy_and_ignores_padding(tmp_path):
 
     stsb = _task(synthetic.write_stsb(tmp_path), "sts-b")
     scores = {"logits": tf.constant([[1.0], [3.0]])}
-    loss, sums = stsb.loss(scores, {"label_ids": np.array([2.0, 3.5]),
-                                    "is_real_example": np.array([1, 1])}, {"examples": 2.0})  # fmt: skip
+    loss, sums = stsb.loss(
+        scores,
+        {"label_ids": np.array([2.0, 3.5]), "is_real_example": np.array([1, 1])},
+        {"examples": 2.0},
+    )
     assert abs(float(loss) - (1.0 + 0.25) / 2.0) < 1e-6
     assert float(sums["squared_error"]) == pytest.approx(1.25)
 
 
 @pytest.mark.parametrize(
     "task_name, num_labels, best_metric, pair",
-    [("cola", 2, "matthews_corr", False), ("sst-2", 2, "accuracy", False),
-     ("mrpc", 2, "accuracy", True), ("sts-b", 1, "pearson", True), ("qqp", 2, "accuracy", True),
-     ("mnli", 3, "accuracy", True), ("mismnli", 3, "accuracy", True),
-     ("qnli", 2, "accuracy", True), ("rte", 2, "accuracy", True), ("wnli", 2, "accuracy", True),
-     ("ax", 3, "accuracy", True)],
-)  # fmt: skip
-def test_every_glue_task_has_its_head_and_metric(tmp_path, task_name, num_labels, best_metric,
-                                                 pair):  # fmt: skip
+    [
+        ("cola", 2, "matthews_corr", False),
+        ("sst-2", 2, "accuracy", False),
+        ("mrpc", 2, "accuracy", True),
+        ("sts-b", 1, "pearson", True),
+        ("qqp", 2, "accuracy", True),
+        ("mnli", 3, "accuracy", True),
+        ("mismnli", 3, "accuracy", True),
+        ("qnli", 2, "accuracy", True),
+        ("rte", 2, "accuracy", True),
+        ("wnli", 2, "accuracy", True),
+        ("ax", 3, "accuracy", True),
+    ],
+)
+def test_every_glue_task_has_its_head_and_metric(
+    tmp_path, task_name, num_labels, best_metric, pair
+):
     task = _task(tmp_path, task_name)
     assert task.create_model().num_labels == num_labels
     assert task.best_metric == best_metric

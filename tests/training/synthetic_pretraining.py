@@ -56,8 +56,9 @@ def _instance(rng, max_seq_length, max_predictions):
     return tokens, segments, positions, ids, label
 
 
-def write_records(path, num_examples, seed=0, max_seq_length=MAX_SEQ_LENGTH,
-                  max_predictions=MAX_PREDICTIONS):  # fmt: skip
+def write_records(
+    path, num_examples, seed=0, max_seq_length=MAX_SEQ_LENGTH, max_predictions=MAX_PREDICTIONS
+):
     """Writes `num_examples` synthetic records to the TFRecord file `path`."""
     import tensorflow as tf
 
@@ -77,6 +78,6 @@ def write_records(path, num_examples, seed=0, max_seq_length=MAX_SEQ_LENGTH,
                     label,
                     max_seq_length,
                     max_predictions,
-                )  # fmt: skip
+                )
             )
     return str(path)

@@ -113,14 +113,21 @@ def test_exclusions_on_the_albert_variables():
         if use
     }
     assert decayed == adapted
-    for path in ("embeddings/word_embeddings", "pooler/kernel",
-                 "encoder/group_0_inner_group_0_attention/query/kernel",
-                 "sentence_order_head/output_weights", "masked_lm_head/transform_dense/kernel"):  # fmt: skip
+    for path in (
+        "embeddings/word_embeddings",
+        "pooler/kernel",
+        "encoder/group_0_inner_group_0_attention/query/kernel",
+        "sentence_order_head/output_weights",
+        "masked_lm_head/transform_dense/kernel",
+    ):
         assert path in decayed
-    for path in ("embeddings/LayerNorm/gamma", "masked_lm_head/output_bias",
-                 "encoder/group_0_inner_group_0_attention/query/bias",
-                 "encoder/group_0_inner_group_0_ffn/LayerNorm_1/beta",
-                 "masked_lm_head/transform_LayerNorm/gamma"):  # fmt: skip
+    for path in (
+        "embeddings/LayerNorm/gamma",
+        "masked_lm_head/output_bias",
+        "encoder/group_0_inner_group_0_attention/query/bias",
+        "encoder/group_0_inner_group_0_ffn/LayerNorm_1/beta",
+        "masked_lm_head/transform_LayerNorm/gamma",
+    ):
         assert path not in decayed
     # Every variable is either a kernel-like weight or an excluded one.
     assert len(decayed) == sum(
@@ -150,14 +157,20 @@ def test_schedule_matches_formula(warmup, start, power):
 def test_schedule_known_values():
     schedule = WarmupPolynomialDecay(1e-3, 100, warmup_steps=10)
     assert [round(float(schedule(s)), 9) for s in (0, 5, 10, 50, 100, 150)] == [
-        0.0, 5e-4, 9e-4, 5e-4, 0.0, 0.0,
-    ]  # fmt: skip
+        0.0,
+        5e-4,
+        9e-4,
+        5e-4,
+        0.0,
+        0.0,
+    ]
 
 
 def test_create_optimizer_follows_the_global_step():
     step = keras.Variable(0, dtype="int64", trainable=False)
-    optimizer, schedule = create_optimizer("adamw", 1e-3, 100, num_warmup_steps=10,
-                                           global_step=step)  # fmt: skip
+    optimizer, schedule = create_optimizer(
+        "adamw", 1e-3, 100, num_warmup_steps=10, global_step=step
+    )
     assert isinstance(optimizer, AdamWeightDecay) and not isinstance(optimizer, Lamb)
     step.assign(50)
     assert abs(float(optimizer.learning_rate) - 5e-4) < 1e-9
