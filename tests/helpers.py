@@ -1,6 +1,10 @@
-"""Helpers shared by tests: a tiny SentencePiece model trained with the project's own code."""
+"""Helpers shared by tests: a tiny ALBERT config, a tiny SentencePiece model trained with the
+project's own code, free ports, summary tags, the original optimizers' update in numpy."""
 
 import os
+from pathlib import Path
+
+import numpy as np
 
 # Built-in training text: cased words, digits with commas, accents, the user symbols.
 TINY_TEXT = """\
@@ -26,6 +30,34 @@ Chop the onions, fry them in butter, then add garlic, tomatoes and fresh basil.
 Bake the bread at 220 degrees for 35 minutes until the crust turns golden brown.
 Vegetables, fruit, cheese and olive oil were sold at the market every Saturday.
 """
+
+# The tests' ALBERT, sizes deliberately uneven so that a swapped axis fails: V=99, E=10 != H=18
+# (3 heads of 6), I=37, 16 positions, 3 token types; 4 layers over 2 groups of 2 inner blocks.
+# tests/fixtures/hf_grouped has these sizes (tests/fixtures/make_hf_fixtures.py).
+TINY_CONFIG = dict(
+    vocab_size=99,
+    embedding_size=10,
+    hidden_size=18,
+    num_attention_heads=3,
+    intermediate_size=37,
+    num_hidden_layers=4,
+    num_hidden_groups=2,
+    inner_group_num=2,
+    max_position_embeddings=16,
+    type_vocab_size=3,
+)
+
+
+def tiny_config(**overrides):
+    """The tiny `AlbertConfig` (`TINY_CONFIG`) with `overrides`; other keys take the defaults.
+
+    Example:
+        >>> tiny_config(num_hidden_groups=1).to_dict()  # every key, for an albert_config.json
+    """
+    from albert.config import AlbertConfig
+
+    return AlbertConfig(**{**TINY_CONFIG, **overrides})
+
 
 _CACHE = {}
 
@@ -78,3 +110,36 @@ def free_ports(count):
     for s in sockets:
         s.close()
     return ports
+
+
+def scalar_tags(directory):
+    """The tags of every summary value in the event files directly under `directory`."""
+    import tensorflow as tf
+
+    tags = set()
+    for path in Path(directory).glob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            tags.update(value.tag for value in event.summary.value)
+    return tags
+
+
+def original_optimizer_update(w, g, m, v, lr, decay, adapt, wd=0.01, b1=0.9, b2=0.999, eps=1e-6):
+    """One step of the original's update, line by line, in numpy: no bias correction.
+
+    `adapt=False` is optimization.py, AdamWeightDecayOptimizer.apply_gradients; `adapt=True`
+    adds the trust ratio of lamb_optimizer.py, LAMBOptimizer.apply_gradients (1 when either
+    norm is 0). `decay` and `adapt` say whether the variable escapes the exclusion lists.
+
+    Returns:
+        (new weight, new m, new v).
+    """
+    m = b1 * m + (1.0 - b1) * g
+    v = b2 * v + (1.0 - b2) * g * g
+    update = m / (np.sqrt(v) + eps)
+    if decay:
+        update = update + wd * w
+    ratio = 1.0
+    if adapt:
+        w_norm, u_norm = np.linalg.norm(w), np.linalg.norm(update)
+        ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
+    return w - ratio * lr * update, m, v

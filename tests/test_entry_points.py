@@ -10,11 +10,19 @@ from pathlib import Path
 
 import pytest
 
+# Slow tier: a Python subprocess per entry module and per case (~50 s).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 MODULES = [
-    "run_pretraining", "run_classifier", "run_squad", "run_squad_v1", "run_squad_v2",
-    "run_race", "create_pretraining_data",
-]  # fmt: skip
+    "run_pretraining",
+    "run_classifier",
+    "run_squad",
+    "run_squad_v1",
+    "run_squad_v2",
+    "run_race",
+    "create_pretraining_data",
+]
 
 
 def _env():
@@ -65,8 +73,14 @@ def _squad_version(module, *args):
         f"sys.argv = ['{module}', *{list(args)!r}]\n"
         f"{module}.run()\n"
     )
-    done = subprocess.run([sys.executable, "-c", program], cwd=REPO, env=_env(),
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     printed = [line for line in done.stdout.splitlines() if line.startswith("version_2:")]
     return printed, done.stderr
@@ -90,11 +104,17 @@ def test_squad_v1_and_v2_fix_the_version(module, args, expected, warned):
 
 def test_unknown_config_name_is_one_line_listing_the_shipped_configs(tmp_path):
     command = [
-        sys.executable, "-m", "albert.run_pretraining", "--albert_config_file=base_v9",
-        f"--input_file={tmp_path}/none.tfrecord", f"--output_dir={tmp_path}/out", "--do_train",
-    ]  # fmt: skip
-    done = subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+        sys.executable,
+        "-m",
+        "albert.run_pretraining",
+        "--albert_config_file=base_v9",
+        f"--input_file={tmp_path}/none.tfrecord",
+        f"--output_dir={tmp_path}/out",
+        "--do_train",
+    ]
+    done = subprocess.run(
+        command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     errors = [line for line in done.stderr.splitlines() if "error:" in line]

@@ -10,17 +10,24 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from albert.config import AlbertConfig
 from albert.data import glue
 from albert.export import export_classifier
 from albert.modeling import AlbertBackbone, AlbertClassifier
 from albert.tokenization import FullTokenizer
+from tests.helpers import tiny_config
 
 TESTS = Path(__file__).resolve().parent
 SPM_MODEL = str(TESTS / "fixtures" / "tokenizer" / "tiny.model")
 MAX_SEQ_LENGTH = 13
-CONFIG = AlbertConfig(vocab_size=1000, embedding_size=10, hidden_size=18, num_hidden_layers=3,
-                      num_attention_heads=3, intermediate_size=22, max_position_embeddings=20)  # fmt: skip
+CONFIG = tiny_config(
+    vocab_size=1000,
+    intermediate_size=22,
+    num_hidden_layers=3,
+    num_hidden_groups=1,
+    inner_group_num=1,
+    max_position_embeddings=20,
+    type_vocab_size=2,
+)
 # Cased, accented, long (cut to MAX_SEQ_LENGTH by the original's rule) and short texts.
 SENTENCES_A = ["The River flows to the SEA.", "Café crème, naïve pâté", "people came " * 9, "gold"]
 SENTENCES_B = ["world   time", "The society of schools, 1,000 miles", "free", "love " * 12]
@@ -70,18 +77,37 @@ def _keras_logits(model, task_name, sentences_a, sentences_b=None):
     return np.asarray(model(inputs)["logits"], np.float64)
 
 
+@pytest.mark.slow
 def test_exported_models_match_keras_in_a_fresh_process(tmp_path):
     pair_model, single_model = _model(3, seed=1), _model(1, seed=2)
-    export_classifier(pair_model, SPM_MODEL, True, MAX_SEQ_LENGTH, glue.MNLI_LABELS,
-                      str(tmp_path / "pair"))  # fmt: skip
-    export_classifier(single_model, SPM_MODEL, True, MAX_SEQ_LENGTH, (), str(tmp_path / "single"),
-                      sentence_pair=False)  # fmt: skip
+    export_classifier(
+        pair_model, SPM_MODEL, True, MAX_SEQ_LENGTH, glue.MNLI_LABELS, str(tmp_path / "pair")
+    )
+    export_classifier(
+        single_model,
+        SPM_MODEL,
+        True,
+        MAX_SEQ_LENGTH,
+        (),
+        str(tmp_path / "single"),
+        sentence_pair=False,
+    )
     result = subprocess.run(
-        [sys.executable, "-c", _LOAD_SCRIPT, str(tmp_path / "pair"), str(tmp_path / "single"),
-         json.dumps(SENTENCES_A), json.dumps(SENTENCES_B)],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [
+            sys.executable,
+            "-c",
+            _LOAD_SCRIPT,
+            str(tmp_path / "pair"),
+            str(tmp_path / "single"),
+            json.dumps(SENTENCES_A),
+            json.dumps(SENTENCES_B),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
         env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": ""},
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert not out["albert_imported"]
@@ -107,6 +133,7 @@ def _tree(path):
     return {p.relative_to(path): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_a_failed_export_leaves_the_earlier_one_and_a_new_one_replaces_it_whole(
     tmp_path, monkeypatch
 ):

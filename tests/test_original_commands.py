@@ -37,9 +37,8 @@ def run(module, *flags):
     """`python -m <module> <flags>` in a fresh process, as the README runs it."""
     env = {**os.environ, "PYTHONPATH": str(TESTS.parent), "TF_CPP_MIN_LOG_LEVEL": "2"}
     result = subprocess.run(
-        [sys.executable, "-m", module, *flags], capture_output=True, text=True, env=env,
-        timeout=300,
-    )  # fmt: skip
+        [sys.executable, "-m", module, *flags], capture_output=True, text=True, env=env, timeout=300
+    )
     assert result.returncode == 0, f"{module} failed:\n{result.stderr[-4000:]}"
     return result.stderr
 
@@ -61,9 +60,11 @@ def write_hub_module(directory, checkpoint_dir):
     variables = Path(directory) / "variables"
     variables.mkdir(parents=True)
     tf.raw_ops.SaveV2(
-        prefix=str(variables / "variables"), tensor_names=[f"module/{n}" for n in names],
-        shape_and_slices=[""] * len(names), tensors=[reader.get_tensor(n) for n in names],
-    )  # fmt: skip
+        prefix=str(variables / "variables"),
+        tensor_names=[f"module/{n}" for n in names],
+        shape_and_slices=[""] * len(names),
+        tensors=[reader.get_tensor(n) for n in names],
+    )
     (Path(directory) / "assets").mkdir()
     shutil.copy(synthetic_glue.SPM_MODEL, Path(directory) / "assets" / "30k-clean.model")
     shutil.copy(Path(checkpoint_dir) / "albert_config.json", Path(directory) / "assets")
@@ -78,8 +79,14 @@ def write_squad_v2(path, num_questions, seed):
         for qa in paragraph["qas"]:
             qa["is_impossible"] = False
         if i % 3 == 0:
-            paragraph["qas"].append({"id": f"n{i}", "question": "which word is missing here",
-                                     "answers": [], "is_impossible": True})  # fmt: skip
+            paragraph["qas"].append(
+                {
+                    "id": f"n{i}",
+                    "question": "which word is missing here",
+                    "answers": [],
+                    "is_impossible": True,
+                }
+            )
     Path(path).write_text(json.dumps(data), encoding="utf-8")
     return str(path)
 
@@ -93,23 +100,38 @@ def models(tmp_path_factory):
         root / "albert_pretraining", synthetic_pretraining.TINY_CONFIG
     )
     hub = write_hub_module(root / "hub_module", root / "albert_tiny")
-    return dict(init=init, config=config, spm=synthetic_glue.SPM_MODEL, hub=hub,
-                pretraining_init=pretraining_init,
-                pretraining_config=pretraining_config)  # fmt: skip
+    return dict(
+        init=init,
+        config=config,
+        spm=synthetic_glue.SPM_MODEL,
+        hub=hub,
+        pretraining_init=pretraining_init,
+        pretraining_config=pretraining_config,
+    )
 
 
 def test_readme_pretraining(tmp_path, models):
     records = tmp_path / "data.tfrecord"
     synthetic_pretraining.write_records(records, 24)
     out = tmp_path / "out"
-    run("albert.run_pretraining",
-        f"--input_file={records}", f"--output_dir={out}",
+    run(
+        "albert.run_pretraining",
+        f"--input_file={records}",
+        f"--output_dir={out}",
         f"--init_checkpoint={models['pretraining_init']}",
         f"--albert_config_file={models['pretraining_config']}",
-        "--do_train", "--do_eval",
-        "--train_batch_size=8", "--eval_batch_size=8", "--max_seq_length=32",
-        "--max_predictions_per_seq=5", "--optimizer=lamb", "--learning_rate=.00176",
-        "--num_train_steps=2", "--num_warmup_steps=1", "--save_checkpoints_steps=2")  # fmt: skip
+        "--do_train",
+        "--do_eval",
+        "--train_batch_size=8",
+        "--eval_batch_size=8",
+        "--max_seq_length=32",
+        "--max_predictions_per_seq=5",
+        "--optimizer=lamb",
+        "--learning_rate=.00176",
+        "--num_train_steps=2",
+        "--num_warmup_steps=1",
+        "--save_checkpoints_steps=2",
+    )
     results = read_key_values(out / "eval_results.txt")
     assert int(results["global_step"]) == 2 and "masked_lm_accuracy" in results
 
@@ -119,28 +141,65 @@ def test_readme_run_classifier_and_run_glue_sh(tmp_path, models):
     synthetic_glue.write_mnli(data_dir, num_train=16, num_dev=6, num_test=5, num_ax=3)
     synthetic_glue.write_sst2(data_dir, num_train=16, num_dev=6, num_test=5)
     out = tmp_path / "mnli"
-    run("albert.run_classifier",
-        f"--data_dir={data_dir}", f"--output_dir={out}", f"--init_checkpoint={models['init']}",
-        f"--albert_config_file={models['config']}", f"--spm_model_file={models['spm']}",
-        "--do_train", "--do_eval", "--do_predict", "--do_lower_case", "--max_seq_length=64",
-        "--optimizer=adamw", "--task_name=MNLI", "--warmup_step=1", "--learning_rate=3e-5",
-        "--train_step=2", "--save_checkpoints_steps=2", "--train_batch_size=8")  # fmt: skip
+    run(
+        "albert.run_classifier",
+        f"--data_dir={data_dir}",
+        f"--output_dir={out}",
+        f"--init_checkpoint={models['init']}",
+        f"--albert_config_file={models['config']}",
+        f"--spm_model_file={models['spm']}",
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+        "--do_lower_case",
+        "--max_seq_length=64",
+        "--optimizer=adamw",
+        "--task_name=MNLI",
+        "--warmup_step=1",
+        "--learning_rate=3e-5",
+        "--train_step=2",
+        "--save_checkpoints_steps=2",
+        "--train_batch_size=8",
+    )
     assert int(read_key_values(out / "eval_results.txt")["global_step"]) == 2
     assert (out / "submit_results.tsv").exists()
 
     # run_glue.sh's run_task with ALBERT_HUB_MODULE_HANDLE set to a downloaded module and
     # INIT_CHECKPOINT="" (its default, with the module as a folder instead of a URL).
     out = tmp_path / "output" / "SST-2"
-    common = [f"--output_dir={out}", f"--data_dir={data_dir}",
-              f"--vocab_file={tmp_path / 'vocab.txt'}", f"--spm_model_file={models['spm']}",
-              "--do_lower_case", "--max_seq_length=64", "--optimizer=adamw",
-              "--task_name=SST-2", "--warmup_step=1", "--learning_rate=1e-5",
-              "--train_step=2", "--save_checkpoints_steps=1", "--train_batch_size=8"]  # fmt: skip
-    log = run("albert.run_classifier", *common, "--do_train", "--nodo_eval", "--nodo_predict",
-              f"--albert_hub_module_handle={models['hub']}", "--init_checkpoint=")  # fmt: skip
+    common = [
+        f"--output_dir={out}",
+        f"--data_dir={data_dir}",
+        f"--vocab_file={tmp_path / 'vocab.txt'}",
+        f"--spm_model_file={models['spm']}",
+        "--do_lower_case",
+        "--max_seq_length=64",
+        "--optimizer=adamw",
+        "--task_name=SST-2",
+        "--warmup_step=1",
+        "--learning_rate=1e-5",
+        "--train_step=2",
+        "--save_checkpoints_steps=1",
+        "--train_batch_size=8",
+    ]
+    log = run(
+        "albert.run_classifier",
+        *common,
+        "--do_train",
+        "--nodo_eval",
+        "--nodo_predict",
+        f"--albert_hub_module_handle={models['hub']}",
+        "--init_checkpoint=",
+    )
     assert "TF-Hub module" in log
-    run("albert.run_classifier", *common, "--nodo_train", "--do_eval", "--do_predict",
-        f"--albert_hub_module_handle={models['hub']}")  # fmt: skip
+    run(
+        "albert.run_classifier",
+        *common,
+        "--nodo_train",
+        "--do_eval",
+        "--do_predict",
+        f"--albert_hub_module_handle={models['hub']}",
+    )
     assert int(read_key_values(out / "eval_results.txt")["global_step"]) == 2
 
 
@@ -154,19 +213,36 @@ def test_readme_run_squad(tmp_path, models, version):
         predict = write_squad_v2(tmp_path / "dev.json", 6, seed=1)
     out = tmp_path / "out"
     features = tmp_path / "features"
-    train_flags = ["--do_train=true", "--do_predict=true"] if version == "v1" else [
-        "--do_train", "--do_predict"]  # fmt: skip
-    run(f"albert.run_squad_{version}",
-        f"--albert_config_file={models['config']}", f"--output_dir={out}",
-        f"--train_file={train}", f"--predict_file={predict}",
+    train_flags = (
+        ["--do_train=true", "--do_predict=true"]
+        if version == "v1"
+        else ["--do_train", "--do_predict"]
+    )
+    run(
+        f"albert.run_squad_{version}",
+        f"--albert_config_file={models['config']}",
+        f"--output_dir={out}",
+        f"--train_file={train}",
+        f"--predict_file={predict}",
         f"--train_feature_file={features / 'train.tfrecord'}",
         f"--predict_feature_file={features / 'predict.tfrecord'}",
         f"--predict_feature_left_file={features / 'predict_left'}",
-        f"--init_checkpoint={models['init']}", f"--spm_model_file={models['spm']}",
-        "--do_lower_case", "--max_seq_length=64", "--doc_stride=32", "--max_query_length=16",
-        *train_flags, "--train_batch_size=16", "--predict_batch_size=8",
-        "--learning_rate=5e-5", "--num_train_epochs=2.0", "--warmup_proportion=.1",
-        "--save_checkpoints_steps=5000", "--n_best_size=20", "--max_answer_length=30")  # fmt: skip
+        f"--init_checkpoint={models['init']}",
+        f"--spm_model_file={models['spm']}",
+        "--do_lower_case",
+        "--max_seq_length=64",
+        "--doc_stride=32",
+        "--max_query_length=16",
+        *train_flags,
+        "--train_batch_size=16",
+        "--predict_batch_size=8",
+        "--learning_rate=5e-5",
+        "--num_train_epochs=2.0",
+        "--warmup_proportion=.1",
+        "--save_checkpoints_steps=5000",
+        "--n_best_size=20",
+        "--max_answer_length=30",
+    )
     # int(24 questions / 16 * 2 epochs): 24 answerable (v1), 18 + 6 unanswerable (v2).
     results = read_key_values(out / "eval_results.txt")
     assert int(results["global_step"]) == 3
@@ -180,14 +256,26 @@ def test_readme_run_race(tmp_path, models):
     data_dir = write_race(tmp_path / "data", {"train": 8, "dev": 3}, seed=0)
     out = tmp_path / "out"
     cache = tmp_path / "cache"
-    run("albert.run_race",
-        f"--albert_config_file={models['config']}", f"--output_dir={out}",
-        f"--train_file={cache / 'train.tf_record'}", f"--eval_file={cache / 'eval.tf_record'}",
-        f"--data_dir={data_dir}", f"--init_checkpoint={models['init']}",
-        f"--spm_model_file={models['spm']}", "--max_seq_length=64", "--max_qa_length=16",
-        "--do_train", "--do_eval", "--train_batch_size=4", "--eval_batch_size=8",
-        "--learning_rate=1e-5", "--train_step=2", "--warmup_step=1",
-        "--save_checkpoints_steps=2")  # fmt: skip
+    run(
+        "albert.run_race",
+        f"--albert_config_file={models['config']}",
+        f"--output_dir={out}",
+        f"--train_file={cache / 'train.tf_record'}",
+        f"--eval_file={cache / 'eval.tf_record'}",
+        f"--data_dir={data_dir}",
+        f"--init_checkpoint={models['init']}",
+        f"--spm_model_file={models['spm']}",
+        "--max_seq_length=64",
+        "--max_qa_length=16",
+        "--do_train",
+        "--do_eval",
+        "--train_batch_size=4",
+        "--eval_batch_size=8",
+        "--learning_rate=1e-5",
+        "--train_step=2",
+        "--warmup_step=1",
+        "--save_checkpoints_steps=2",
+    )
     results = read_key_values(out / "eval_results.txt")
     assert int(results["global_step"]) == 2 and 0 <= float(results["accuracy"]) <= 1
     assert np.isfinite(float(results["accuracy"])) and any(cache.iterdir())

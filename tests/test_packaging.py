@@ -101,9 +101,15 @@ def test_pyproject_dependencies_are_the_runtime_part_of_requirements_txt():
 def test_every_console_script_names_a_function_that_exists():
     scripts = _pyproject()["project"]["scripts"]
     assert set(scripts) == {
-        "albert-pretrain", "albert-create-data", "albert-classify", "albert-squad",
-        "albert-race", "albert-convert", "albert-vocab", "albert-quickstart",
-    }  # fmt: skip
+        "albert-pretrain",
+        "albert-create-data",
+        "albert-classify",
+        "albert-squad",
+        "albert-race",
+        "albert-convert",
+        "albert-vocab",
+        "albert-quickstart",
+    }
     for target in scripts.values():  # read, not imported: importing defines global flags
         module, function = target.split(":")
         tree = ast.parse((REPO / Path(*module.split("."))).with_suffix(".py").read_text())
@@ -120,8 +126,9 @@ def test_every_console_script_names_a_function_that_exists():
 
 def _run(command, cwd, env, timeout=600):
     started = time.monotonic()
-    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    done = subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
     seconds = time.monotonic() - started
     print(f"{seconds:6.1f} s  {' '.join(str(c) for c in command)[:120]}")
     return done
@@ -136,11 +143,15 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs_outside_the_clone(tmp_pat
     source.mkdir()
     shutil.copy(REPO / "pyproject.toml", source)
     shutil.copy(REPO / "README.md", source)
-    shutil.copytree(REPO / "albert", source / "albert",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))  # fmt: skip
+    shutil.copytree(
+        REPO / "albert", source / "albert", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
     wheels = tmp_path / "wheels"
-    done = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", str(source), "-w", str(wheels)],
-                tmp_path, env)  # fmt: skip
+    done = _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", str(source), "-w", str(wheels)],
+        tmp_path,
+        env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (wheel,) = wheels.glob("albert_tf2-*.whl")
     assert wheel.name.startswith(f"albert_tf2-{albert.__version__}-")
@@ -169,21 +180,41 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs_outside_the_clone(tmp_pat
         assert Path(config_path).is_relative_to(venv) and Path(config_path).is_file()
 
         # The quickstart end to end, tiny: every step is a `python -m albert.<module>` run.
-        done = _run([bin_dir / "albert-quickstart", "--num_train_steps=12",
-                     "--max_corpus_chars=600000", "--output_dir=quickstart"], outside, env)  # fmt: skip
+        done = _run(
+            [
+                bin_dir / "albert-quickstart",
+                "--num_train_steps=12",
+                "--max_corpus_chars=600000",
+                "--output_dir=quickstart",
+            ],
+            outside,
+            env,
+        )
         assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
         results = (outside / "quickstart" / "pretrain" / "eval_results.txt").read_text()
         assert "global_step = 12" in results and "sentence_order_accuracy" in results
-        for module in ("albert.data.vocab", "albert.create_pretraining_data",
-                       "albert.run_pretraining"):  # fmt: skip
+        for module in (
+            "albert.data.vocab",
+            "albert.create_pretraining_data",
+            "albert.run_pretraining",
+        ):
             assert f"{python} -m {module} " in done.stdout
 
         # A console script: --helpshort, and a real run that reaches main (a one-line error).
         done = _run([bin_dir / "albert-pretrain", "--helpshort"], outside, env)
         assert done.returncode == 1 and "albert-pretrain" in done.stdout, done.stderr[-3000:]
         assert "Try --helpfull" in done.stdout and "Traceback" not in done.stderr
-        done = _run([bin_dir / "albert-pretrain", "--albert_config_file=base_v9",
-                     "--input_file=none.tfrecord", "--output_dir=out", "--do_train"], outside, env)  # fmt: skip
+        done = _run(
+            [
+                bin_dir / "albert-pretrain",
+                "--albert_config_file=base_v9",
+                "--input_file=none.tfrecord",
+                "--output_dir=out",
+                "--do_train",
+            ],
+            outside,
+            env,
+        )
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
         assert "No config file or shipped config named 'base_v9'" in done.stderr
 

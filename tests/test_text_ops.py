@@ -213,6 +213,7 @@ _LOAD_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_saved_model_reloads_in_fresh_process(tmp_path):
     full = FullTokenizer(spm_model_file=MODEL, do_lower_case=True)
     texts = TEXTS[:6] + ["It costs 1,000,000 dollars."]

@@ -181,9 +181,28 @@ def test_errors_name_the_file(tmp_path):
 # --- WordPiece fallback -------------------------------------------------------------------
 
 WORDPIECE_VOCAB = [
-    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##want", "##ed", "want", ",",
-    "runn", "##ing", "博", "推", "ah", "##zz", "zz", "hello", "!", "häl", "##lo",
-]  # fmt: skip
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "un",
+    "##want",
+    "##ed",
+    "want",
+    ",",
+    "runn",
+    "##ing",
+    "博",
+    "推",
+    "ah",
+    "##zz",
+    "zz",
+    "hello",
+    "!",
+    "häl",
+    "##lo",
+]
 
 
 @pytest.fixture
@@ -204,11 +223,21 @@ def test_wordpiece_splits_words_into_continuations(wordpiece):
 
 def test_wordpiece_cjk_punctuation_and_control(wordpiece):
     assert wordpiece(True).tokenize("ah博推zz\x00\ufffd\x07 Hello!") == [
-        "ah", "博", "推", "zz", "hello", "!",
-    ]  # fmt: skip
+        "ah",
+        "博",
+        "推",
+        "zz",
+        "hello",
+        "!",
+    ]
     assert basic_tokenize(" \tHeLLo!how  \n Are yoU?  ", True) == [
-        "hello", "!", "how", "are", "you", "?",
-    ]  # fmt: skip
+        "hello",
+        "!",
+        "how",
+        "are",
+        "you",
+        "?",
+    ]
 
 
 def test_wordpiece_accents_kept_without_lower_casing(wordpiece):

@@ -19,9 +19,24 @@ from tests.helpers import train_tiny_spm
 # Scores chosen so that the raw libraries disagree (see test_raw_libraries_disagree).
 EXTRA_PIECES = [("66", -8.0), ("77", -7.9), ("aa", -9.1)]
 TIE_TEXTS = [
-    "666", "2.666", "66666", "6666666", "a666b", "x 666 y", "666 666", "16661", "6666,",
-    "12,666,", "777", "7777777", "67776", "aaa", "aaaaa", "Aaa aaaa", "6 66 666 6666 66666",
-]  # fmt: skip
+    "666",
+    "2.666",
+    "66666",
+    "6666666",
+    "a666b",
+    "x 666 y",
+    "666 666",
+    "16661",
+    "6666,",
+    "12,666,",
+    "777",
+    "7777777",
+    "67776",
+    "aaa",
+    "aaaaa",
+    "Aaa aaaa",
+    "6 66 666 6666 66666",
+]
 
 
 def _varint(value):
@@ -104,8 +119,15 @@ def test_canonical_order_by_hand(tie_model):
     classes = {"6": 0, "66": 0, "666": 0, "7": 1, "77": 1}
     # Runs stop at a piece of another class (or none); equal lengths keep their order.
     assert canonical_tie_order(["66", "6", "77", "7", "x", "666", "6", "66"], classes) == [
-        "6", "66", "7", "77", "x", "6", "66", "666",
-    ]  # fmt: skip
+        "6",
+        "66",
+        "7",
+        "77",
+        "x",
+        "6",
+        "66",
+        "666",
+    ]
     assert canonical_tie_order(["66", "▁6", "6"], classes) == ["66", "▁6", "6"]
     assert canonical_tie_order([], classes) == []
 

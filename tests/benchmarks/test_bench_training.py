@@ -7,7 +7,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from albert import configs
+
+# Slow tier: the training benchmark's smoke run on a tiny model (~20 s).
+pytestmark = pytest.mark.slow
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -48,9 +48,15 @@ def test_model_flops_credit_the_whole_last_layer():
 
 @pytest.mark.parametrize(
     "name, peak",
-    [("NVIDIA H100 80GB HBM3", 989), ("NVIDIA H200", 989), ("NVIDIA A100-SXM4-40GB", 312),
-     ("NVIDIA L4", 121), ("Tesla T4", None), (None, None)],
-)  # fmt: skip
+    [
+        ("NVIDIA H100 80GB HBM3", 989),
+        ("NVIDIA H200", 989),
+        ("NVIDIA A100-SXM4-40GB", 312),
+        ("NVIDIA L4", 121),
+        ("Tesla T4", None),
+        (None, None),
+    ],
+)
 def test_bf16_peak_by_card_name(name, peak):
     assert bench_training.peak_tflops(name) == peak
 
@@ -84,7 +90,12 @@ def test_loss_falls():
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has a GPU")
 def test_device_gpu_without_a_gpu_says_so():
     command = [sys.executable, str(ROOT / "benchmarks" / "bench_training.py"), "--device=gpu"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))  # fmt: skip
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
     assert done.returncode == 1
     assert "--device=gpu: nvidia-smi finds no NVIDIA GPU here." in done.stderr

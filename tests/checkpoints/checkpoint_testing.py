@@ -1,36 +1,18 @@
-"""Helpers for the checkpoint tests: a tiny uneven config, random weights, TF1 files.
+"""Helpers for the checkpoint tests: random weights, TF1 files, the HF fixture's inputs.
 
-The TF1 names here are written out from the reference (docs/ALBERT_REFERENCE.md section 3),
-independently of `albert.checkpoints.tf1`, so the tests check the table against the facts.
+The TF1 names here are written out from the original's variable scopes, in modeling.py
+(AlbertModel, embedding_lookup, embedding_postprocessor, transformer_model) and
+run_pretraining.py (get_masked_lm_output, get_sentence_order_output), independently of
+`albert.checkpoints.tf1`, so the tests check the table against the facts.
 """
 
 import pathlib
 
 import numpy as np
 
-from albert.config import AlbertConfig
-
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
-# Sizes deliberately uneven: V=99, E=10, H=18 (3 heads of 6), I=37, 16 positions, 3 types;
-# 4 layers over 2 groups of 2 inner blocks.
-TINY = dict(
-    vocab_size=99,
-    embedding_size=10,
-    hidden_size=18,
-    num_attention_heads=3,
-    intermediate_size=37,
-    num_hidden_layers=4,
-    num_hidden_groups=2,
-    inner_group_num=2,
-    max_position_embeddings=16,
-    type_vocab_size=3,
-)
 # The committed HF AlbertForPreTraining directory with random weights (G=2, inner=2).
 HF_FIXTURE = str(FIXTURES / "hf_grouped")
-
-
-def tiny_config(**changes):
-    return AlbertConfig(**{**TINY, **changes})
 
 
 def randomize(model, seed=0):

@@ -4,10 +4,11 @@ import json
 
 import numpy as np
 import pytest
-from checkpoint_testing import random_arrays, reference_tf1_shapes, tiny_config, write_tf1
+from checkpoint_testing import random_arrays, reference_tf1_shapes, write_tf1
 
 from albert.checkpoints import CheckpointError, load_checkpoint
 from albert.modeling import AlbertBackbone, AlbertPretrainer
+from tests.helpers import tiny_config
 
 QUERY = "bert/encoder/transformer/group_1/inner_group_0/attention_1/self/query/kernel"
 

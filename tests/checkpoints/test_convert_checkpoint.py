@@ -13,13 +13,13 @@ from checkpoint_testing import (
     random_arrays,
     read_tf1,
     reference_tf1_shapes,
-    tiny_config,
     write_tf1,
 )
 from safetensors.numpy import load_file
 
 from albert.checkpoints import CheckpointError
 from albert.convert_checkpoint import FLAGS, convert, main
+from tests.helpers import tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -90,6 +90,7 @@ def test_main_converts_from_flags(tmp_path):
     assert (tmp_path / "albert_config.json").is_file()
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line_without_traceback(tmp_path):
     result = _run_cli(
         f"--input={tmp_path / 'missing'}", f"--output={tmp_path / 'out'}", "--output_format=tf1"

@@ -6,11 +6,12 @@ import shutil
 
 import numpy as np
 import pytest
-from checkpoint_testing import HF_FIXTURE, randomize, tiny_config
+from checkpoint_testing import HF_FIXTURE, randomize
 from safetensors.numpy import load_file, save_file
 
 from albert.checkpoints import CheckpointError, load_checkpoint, read_config, save_checkpoint
 from albert.modeling import AlbertBackbone, AlbertPretrainer
+from tests.helpers import tiny_config
 
 WEIGHTS = "model.safetensors"
 

@@ -7,7 +7,6 @@ from checkpoint_testing import (
     random_arrays,
     randomize,
     reference_tf1_shapes,
-    tiny_config,
     write_tf1,
 )
 
@@ -19,6 +18,7 @@ from albert.checkpoints import (
     save_checkpoint,
 )
 from albert.modeling import AlbertBackbone, AlbertPretrainer
+from tests.helpers import tiny_config
 
 
 def _assert_same_weights(variables, others):

@@ -1,15 +1,16 @@
 """Checkpoints fine-tuned by the original load with their heads, compute the original's
 logits, and export back to the same names and values.
 
-The head names and shapes are written out here from the original's classifier_utils.py,
-race_utils.py and squad_utils.py (docs/ALBERT_REFERENCE.md section 3), independently of
-`albert.checkpoints.tf1`; the expected logits are a numpy transcription of those heads applied
-to the backbone's outputs. Shape letters: B batch (3), T sequence (7), H hidden (18).
+The head names and shapes are written out here from the original's classifier_utils.py
+(create_model), race_utils.py (create_model) and squad_utils.py (create_v1_model,
+create_v2_model), independently of `albert.checkpoints.tf1`; the expected logits are a numpy
+transcription of those heads applied to the backbone's outputs. Shape letters: B batch (3),
+T sequence (7), H hidden (18).
 """
 
 import numpy as np
 import pytest
-from checkpoint_testing import random_arrays, read_tf1, reference_tf1_shapes, tiny_config, write_tf1
+from checkpoint_testing import random_arrays, read_tf1, reference_tf1_shapes, write_tf1
 
 from albert.checkpoints import load_checkpoint, save_checkpoint
 from albert.modeling import (
@@ -19,6 +20,7 @@ from albert.modeling import (
     AlbertQuestionAnswering,
 )
 from albert.tasks.engine import load_finetuning_weights
+from tests.helpers import tiny_config
 
 H = 18
 TOLERANCE = 1e-5

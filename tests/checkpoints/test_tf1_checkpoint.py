@@ -13,12 +13,12 @@ from checkpoint_testing import (
     randomize,
     read_tf1,
     reference_tf1_shapes,
-    tiny_config,
     write_tf1,
 )
 
 from albert.checkpoints import CheckpointError, load_checkpoint, read_config, save_checkpoint
 from albert.modeling import AlbertBackbone, AlbertPretrainer
+from tests.helpers import tiny_config
 
 SLOTS = ("adam_m", "adam_v", "lamb_m", "lamb_v")
 

@@ -182,6 +182,7 @@ def test_shared_corpus(tmp_path, spm_model):
     assert summary.instances > 100 and summary.corpus.invalid_utf8_lines == 0
 
 
+@pytest.mark.slow
 def test_script_runs_and_reports_user_errors_in_one_line(tmp_path, corpus_dir, spm_model):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
     script = [sys.executable, str(REPO / "create_pretraining_data.py")]

@@ -79,6 +79,7 @@ def _tokens(paths):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_shards", [1, 8])
 def test_every_window_looks_like_a_random_sample(tmp_path, corpus_file, spm_model, num_shards):
     config = _config(corpus_file, spm_model, tmp_path / "data", num_output_shards=num_shards)
@@ -90,6 +91,7 @@ def test_every_window_looks_like_a_random_sample(tmp_path, corpus_file, spm_mode
     assert 0.5 * uniform <= ours <= 2.0 * uniform, (ours, uniform)
 
 
+@pytest.mark.slow
 def test_the_measure_sees_corpus_order(tmp_path, corpus_file, spm_model, monkeypatch):
     """Without the shuffle (keys in corpus order: the earlier writer) windows share far more."""
 
@@ -218,6 +220,7 @@ def _readable(path):
     return sum(1 for _ in tf.data.TFRecordDataset(str(path)))
 
 
+@pytest.mark.slow
 def test_sigkill_while_writing_leaves_old_or_complete_files(tmp_path, corpus_file, spm_model):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
     clean = tmp_path / "clean"
@@ -254,6 +257,7 @@ def test_sigkill_while_writing_leaves_old_or_complete_files(tmp_path, corpus_fil
     assert not [p for p in killed.iterdir() if p.name.startswith(".")]  # Leftovers removed.
 
 
+@pytest.mark.slow
 def test_beam_direct_runner_writes_the_same_bytes(tmp_path, corpus_file, spm_model):
     pytest.importorskip("apache_beam")
     local = create_pretraining_data(
@@ -273,6 +277,7 @@ def test_beam_direct_runner_writes_the_same_bytes(tmp_path, corpus_file, spm_mod
     assert not [p for p in (tmp_path / "beam").iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.slow
 def test_inputs_and_outputs_on_a_remote_filesystem(tmp_path, corpus_file, spm_model):
     """ram:// stands in for gs://: every path through tf.io.gfile, for both engines."""
     pytest.importorskip("apache_beam")

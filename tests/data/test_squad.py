@@ -26,15 +26,24 @@ TRICKY = [
     (
         "  Beyoncé Giselle Knowles-Carter (born September 4, 1981) is an American singer.  "
         "Her naïve café   opened in\tHouston with 1,000,000 fans. ",
-        ["Beyoncé Giselle Knowles-Carter", "1981", "naïve café", "Houston", "1,000,000",
-         "September 4, 1981", "American singer", "1,000", "fans"],
+        [
+            "Beyoncé Giselle Knowles-Carter",
+            "1981",
+            "naïve café",
+            "Houston",
+            "1,000,000",
+            "September 4, 1981",
+            "American singer",
+            "1,000",
+            "fans",
+        ],
     ),
     (
         "Tokyo (東京) is the capital of Japan (日本). 東京は日本の首都です。 Zürich had 12,500, "
         "then 25,000, people; ﬁnance ½ ΟΔΟΣ.",
         ["東京", "日本", "の首都です。", "Zürich", "12,500", "25,000", "ﬁnance", "ΟΔΟΣ", "Tokyo"],
     ),
-]  # fmt: skip
+]
 LONG_CONTEXT = " ".join(f"w{i}" for i in range(40))
 
 
@@ -49,12 +58,25 @@ def squad_json(paragraphs, impossible=()):
                 if " " + answer in context
                 else context.index(answer)
             )
-            qas.append({"id": f"q{count}", "question": f"Where is {answer}?", "is_impossible": False,
-                        "answers": [{"text": answer, "answer_start": start}]})  # fmt: skip
+            qas.append(
+                {
+                    "id": f"q{count}",
+                    "question": f"Where is {answer}?",
+                    "is_impossible": False,
+                    "answers": [{"text": answer, "answer_start": start}],
+                }
+            )
             count += 1
         for question in impossible:
-            qas.append({"id": f"q{count}", "question": question, "is_impossible": True,
-                        "answers": [], "plausible_answers": [{"text": "x", "answer_start": 0}]})  # fmt: skip
+            qas.append(
+                {
+                    "id": f"q{count}",
+                    "question": question,
+                    "is_impossible": True,
+                    "answers": [],
+                    "plausible_answers": [{"text": "x", "answer_start": 0}],
+                }
+            )
             count += 1
         data.append({"title": "t", "paragraphs": [{"context": context, "qas": qas}]})
     return {"version": "v2.0", "data": data}
@@ -202,8 +224,9 @@ def test_gold_answers_come_back_exactly(tmp_path, tokenizer, max_seq_length, doc
         examples, predict, perfect_v2_results(train), null_score_diff_threshold=0.0
     )
     assert predictions == {e.qas_id: e.answer_text for e in examples}
-    assert [null_odds[e.qas_id] for e in examples] == [10.0 if e.is_impossible else -10.0
-                                                       for e in examples]  # fmt: skip
+    assert [null_odds[e.qas_id] for e in examples] == [
+        10.0 if e.is_impossible else -10.0 for e in examples
+    ]
 
 
 def test_answers_at_window_edges(tokenizer):

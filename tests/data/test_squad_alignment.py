@@ -39,8 +39,6 @@ TRICKY_TEXTS = [
 def model_file(request, tmp_path_factory):
     if request.param == "helpers":
         return train_tiny_spm(tmp_path_factory.mktemp("spm"), vocab_size=150)
-    if not os.path.exists(FIXTURE_MODEL):
-        pytest.skip("tests/fixtures/tokenizer/tiny.model is absent")
     return FIXTURE_MODEL
 
 

@@ -53,9 +53,15 @@ def test_v1_ranks_valid_spans_across_windows():
     # beta-beta 2+3, beta-gamma 2+1; B: gamma-gamma 4+2, gamma-delta 4+6, delta-delta 1+6.
     texts = [entry["text"] for entry in nbest["q"]]
     assert texts == [
-        "gamma delta", "delta", "gamma", "beta", "Alpha beta", "beta gamma",
-        "Alpha beta gamma", "Alpha",
-    ]  # fmt: skip
+        "gamma delta",
+        "delta",
+        "gamma",
+        "beta",
+        "Alpha beta",
+        "beta gamma",
+        "Alpha beta gamma",
+        "Alpha",
+    ]
     assert predictions == {"q": "gamma delta"}
     scores = np.array([10.0, 7, 6, 5, 4, 3, 2, 1])
     expected = np.exp(scores) / np.exp(scores).sum()
@@ -78,8 +84,12 @@ def test_v1_drops_duplicate_texts_and_falls_back_to_empty():
     results = {**V1_RESULTS, 3: V1_RESULTS[2]}
     _, nbest = compute_predictions_v1([EXAMPLE], [WINDOW_B, twin], results, n_best_size=3)
     assert [e["text"] for e in nbest["q"]] == ["gamma delta", "delta", "gamma"]
-    only_question = {2: {"start_logits": np.array([0.0, 9, 0, -1, -1, 0]),
-                         "end_logits": np.array([0.0, 9, 0, -1, -1, 0])}}  # fmt: skip
+    only_question = {
+        2: {
+            "start_logits": np.array([0.0, 9, 0, -1, -1, 0]),
+            "end_logits": np.array([0.0, 9, 0, -1, -1, 0]),
+        }
+    }
     predictions, nbest = compute_predictions_v1([EXAMPLE], [WINDOW_B], only_question, 2)
     assert predictions == {"q": ""} and nbest["q"][0]["probability"] == 1.0
 
@@ -149,13 +159,17 @@ def test_tune_null_threshold_and_files(tmp_path):
                 {
                     "context": CONTEXT,
                     "qas": [
-                        {"id": "a", "question": "?", "answers": [{"text": "delta", "answer_start": 17}]},
+                        {
+                            "id": "a",
+                            "question": "?",
+                            "answers": [{"text": "delta", "answer_start": 17}],
+                        },
                         {"id": "n", "question": "?", "answers": []},
                     ],
                 }
             ],
         }
-    ]  # fmt: skip
+    ]
     predictions, null_odds = {"a": "delta", "n": "gamma"}, {"a": -1.0, "n": 2.0}
     # Walk from all-null (1 right, threshold 0.0): answer "a" (-1.0) -> 2 right; answer "n"
     # (2.0) -> 1. Best: threshold -1.0, 100%.
@@ -166,8 +180,10 @@ def test_tune_null_threshold_and_files(tmp_path):
     assert json.loads((tmp_path / "predictions.json").read_text()) == tuned.predictions
     paths = write_predictions(str(tmp_path / "out"), predictions, {"a": [], "n": []}, null_odds)
     assert sorted(p.rsplit("/", 1)[1] for p in paths.values()) == [
-        "nbest_predictions.json", "null_odds.json", "predictions.json",
-    ]  # fmt: skip
+        "nbest_predictions.json",
+        "null_odds.json",
+        "predictions.json",
+    ]
     assert json.loads(open(paths["null_odds"]).read()) == null_odds
 
 
@@ -191,11 +207,13 @@ def _dataset(qas):
 
 
 def test_tuned_threshold_scored_with_the_originals_na_prob_thresh_of_one():
-    dataset = _dataset([
-        {"id": "a", "question": "?", "answers": [{"text": "delta", "answer_start": 17}]},
-        {"id": "b", "question": "?", "answers": [{"text": "beta", "answer_start": 6}]},
-        {"id": "n", "question": "?", "answers": []},
-    ])  # fmt: skip
+    dataset = _dataset(
+        [
+            {"id": "a", "question": "?", "answers": [{"text": "delta", "answer_start": 17}]},
+            {"id": "b", "question": "?", "answers": [{"text": "beta", "answer_start": 6}]},
+            {"id": "n", "question": "?", "answers": []},
+        ]
+    )
     predictions = {"a": "delta", "b": "beta", "n": "gamma"}
     null_odds = {"a": 2.0, "b": 0.5, "n": 5.0}
     # Walk from all-null (1 right): answer b (0.5) -> 2, a (2.0) -> 3, n (5.0) -> 2. The best

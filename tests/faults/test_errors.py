@@ -37,9 +37,11 @@ def test_every_value_error_class_derives_from_albert_error():
         f"{module.__name__}.{name}": value
         for module in _albert_modules()
         for name, value in vars(module).items()
-        if inspect.isclass(value) and issubclass(value, ValueError) and name.endswith("Error")
+        if inspect.isclass(value)
+        and issubclass(value, ValueError)
+        and name.endswith("Error")
         and value.__module__ == module.__name__
-    }  # fmt: skip
+    }
     assert len(classes) >= 20, sorted(classes)
     assert [name for name, cls in classes.items() if not issubclass(cls, AlbertError)] == []
 
@@ -86,10 +88,12 @@ def test_full_disk():
     [
         (PermissionError(errno.EACCES, "Permission denied", "/ro/out"), "is not writable"),
         (OSError(errno.EROFS, "Read-only file system", "/ro/out"), "is on a read-only file"),
-        (tf.errors.PermissionDeniedError(None, None, "/ro/out; Permission denied"),
-         "is not writable"),
+        (
+            tf.errors.PermissionDeniedError(None, None, "/ro/out; Permission denied"),
+            "is not writable",
+        ),
     ],
-)  # fmt: skip
+)
 def test_read_only_output(error, reason):
     message = describe_failure(error)
     assert message.startswith(f"/ro/out {reason}")
@@ -119,12 +123,22 @@ def test_traceback_switches(monkeypatch):
 
 
 def test_vocabulary_larger_than_the_config_is_refused_up_front():
-    from albert.config import AlbertConfig
     from albert.tokenization import FullTokenizer
+    from tests.helpers import tiny_config
 
     tokenizer = FullTokenizer(spm_model_file=str(SPM_MODEL))
-    config = AlbertConfig(vocab_size=999, embedding_size=8, hidden_size=8, num_attention_heads=2,
-                          intermediate_size=8, num_hidden_layers=1)  # fmt: skip
+    config = tiny_config(
+        vocab_size=999,
+        embedding_size=8,
+        hidden_size=8,
+        num_attention_heads=2,
+        intermediate_size=8,
+        num_hidden_layers=1,
+        num_hidden_groups=1,
+        inner_group_num=1,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+    )
     with pytest.raises(finetuning_flags.FlagError) as error:
         finetuning_flags.check_vocabulary(tokenizer, config)
     assert str(error.value) == (
@@ -135,20 +149,31 @@ def test_vocabulary_larger_than_the_config_is_refused_up_front():
 
 
 def _run_classifier(*args, env=None):
-    command = [sys.executable, "-m", "albert.run_classifier", "--task_name=sst-2",
-               f"--spm_model_file={SPM_MODEL}", *args]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "albert.run_classifier",
+        "--task_name=sst-2",
+        f"--spm_model_file={SPM_MODEL}",
+        *args,
+    ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO), **(env or {}))
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
 
 
+@pytest.mark.slow
 def test_cli_prints_one_line_and_keeps_files_intact(tmp_path):
     (tmp_path / "SST-2").mkdir()
     (tmp_path / "SST-2" / "train.tsv").write_text("sentence\tlabel\nA fine film .\t1\n")
     config = tmp_path / "albert_config.json"
     config.write_text('{"vocab_size": 1000, "hiden_size": 32}')
     before = config.read_bytes()
-    args = (f"--albert_config_file={config}", f"--data_dir={tmp_path}",
-            f"--output_dir={tmp_path / 'out'}", "--do_train")  # fmt: skip
+    args = (
+        f"--albert_config_file={config}",
+        f"--data_dir={tmp_path}",
+        f"--output_dir={tmp_path / 'out'}",
+        "--do_train",
+    )
     result = _run_classifier(*args)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr

@@ -6,12 +6,9 @@ from pathlib import Path
 import pytest
 
 from albert.config import IGNORED_KEYS, REQUIRED_KEYS, AlbertConfig, ConfigError
+from albert.configs import DIRECTORY
 
-try:  # The published configs ship inside the package (albert/configs) or, earlier, configs/.
-    from albert.configs import DIRECTORY as _CONFIGS
-except ImportError:
-    _CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-CONFIGS = Path(_CONFIGS)
+CONFIGS = Path(DIRECTORY)  # the published configs, shipped inside the package
 BASE = json.loads((CONFIGS / "albert_base_v2.json").read_text())
 
 

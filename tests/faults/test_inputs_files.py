@@ -39,9 +39,14 @@ def test_squad_predictions_land_on_the_gfile_path(ram_dir, tmp_path, monkeypatch
     predictions = {"q1": "Paris", "q2": ""}
     nbest = {"q1": [{"text": "Paris", "probability": 1.0}], "q2": [{"text": ""}]}
     paths = squad_postprocessing.write_predictions(ram_dir, predictions, nbest, {"q1": -2.0})
-    assert paths == {kind: f"{ram_dir}/{name}" for kind, name in (
-        ("predictions", "predictions.json"), ("nbest", "nbest_predictions.json"),
-        ("null_odds", "null_odds.json"))}  # fmt: skip
+    assert paths == {
+        kind: f"{ram_dir}/{name}"
+        for kind, name in (
+            ("predictions", "predictions.json"),
+            ("nbest", "nbest_predictions.json"),
+            ("null_odds", "null_odds.json"),
+        )
+    }
     assert json.loads(_read(paths["predictions"])) == predictions
     assert json.loads(_read(paths["nbest"])) == nbest
     assert json.loads(_read(paths["null_odds"])) == {"q1": -2.0}
@@ -50,9 +55,23 @@ def test_squad_predictions_land_on_the_gfile_path(ram_dir, tmp_path, monkeypatch
 
 
 def test_squad_threshold_rewrite_and_eval_read_ram(ram_dir):
-    dataset = [{"paragraphs": [{"context": "Paris is big.", "qas": [
-        {"id": "q1", "question": "?", "answers": [{"text": "Paris", "answer_start": 0}]},
-        {"id": "q2", "question": "?", "answers": [], "is_impossible": True}]}]}]  # fmt: skip
+    dataset = [
+        {
+            "paragraphs": [
+                {
+                    "context": "Paris is big.",
+                    "qas": [
+                        {
+                            "id": "q1",
+                            "question": "?",
+                            "answers": [{"text": "Paris", "answer_start": 0}],
+                        },
+                        {"id": "q2", "question": "?", "answers": [], "is_impossible": True},
+                    ],
+                }
+            ]
+        }
+    ]
     fileio.write_text(f"{ram_dir}/dev.json", json.dumps({"version": "v2.0", "data": dataset}))
     loaded = squad_metrics.load_json(f"{ram_dir}/dev.json", "SQuAD dataset file")
     assert loaded["data"] == dataset
@@ -151,10 +170,19 @@ def test_truncated_squad_metadata_is_rebuilt(tmp_path, caplog):
     from albert.tokenization import FullTokenizer
 
     tokenizer = FullTokenizer(spm_model_file=str(TINY_SPM))
-    paragraphs = [{"context": f"The river {i} flows to the sea.", "qas": [
-        {"id": f"q{i}", "question": "Where does it flow?",
-         "answers": [{"text": "the sea", "answer_start": 20 + len(str(i))}]}]}
-        for i in range(12)]  # fmt: skip
+    paragraphs = [
+        {
+            "context": f"The river {i} flows to the sea.",
+            "qas": [
+                {
+                    "id": f"q{i}",
+                    "question": "Where does it flow?",
+                    "answers": [{"text": "the sea", "answer_start": 20 + len(str(i))}],
+                }
+            ],
+        }
+        for i in range(12)
+    ]
     dev = tmp_path / "dev.json"
     dev.write_text(json.dumps({"version": "1.1", "data": [{"paragraphs": paragraphs}]}))
     settings = dict(max_seq_length=32, doc_stride=8, max_query_length=8, cache_dir=tmp_path / "c")

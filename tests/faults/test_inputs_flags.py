@@ -53,10 +53,13 @@ def test_unset_flags_and_defaults_pass():
 
 @pytest.mark.parametrize(
     "arg, name",
-    [("--max_predictions_per_seq=0", "max_predictions_per_seq"),
-     ("--max_eval_steps=0", "max_eval_steps"), ("--num_train_steps=0", "num_train_steps"),
-     ("--iterations_per_loop=0", "iterations_per_loop")],
-)  # fmt: skip
+    [
+        ("--max_predictions_per_seq=0", "max_predictions_per_seq"),
+        ("--max_eval_steps=0", "max_eval_steps"),
+        ("--num_train_steps=0", "num_train_steps"),
+        ("--iterations_per_loop=0", "iterations_per_loop"),
+    ],
+)
 def test_pretraining_flag_ranges(arg, name):
     flag_values = _parsed(training_flags.define_pretraining_flags, arg)
     with pytest.raises(FlagError, match=f"^--{name} must be positive. Received: --{name}=0$"):
@@ -71,8 +74,12 @@ def test_run_options_checks_ranges_first():
         training_flags.run_options_from_flags(flag_values)
 
 
-SQUAD_BASE = ("--max_seq_length=64", "--max_query_length=16", "--do_predict",
-              "--predict_file=unused.json")  # fmt: skip
+SQUAD_BASE = (
+    "--max_seq_length=64",
+    "--max_query_length=16",
+    "--do_predict",
+    "--predict_file=unused.json",
+)
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,9 @@ from albert.data.glue import GlueDataError, read_examples
 
 SHARED_GLUE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "glue"
 MRPC_HEADER = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"
-STSB_HEADER = ("index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t"
-               "sentence2\tscore")  # fmt: skip
+STSB_HEADER = (
+    "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
+)
 
 
 def _write(directory, name, lines):
@@ -20,11 +21,15 @@ def _write(directory, name, lines):
 
 
 def test_tab_inside_mrpc_text_names_file_and_line(tmp_path):
-    path = _write(tmp_path, "MRPC/train.tsv", [
-        MRPC_HEADER,
-        "1\t11\t12\tThe cat sat .\tA cat sat .",
-        "0\t13\t14\tHe said\tit rained .\tShe stayed home .",
-    ])  # fmt: skip
+    path = _write(
+        tmp_path,
+        "MRPC/train.tsv",
+        [
+            MRPC_HEADER,
+            "1\t11\t12\tThe cat sat .\tA cat sat .",
+            "0\t13\t14\tHe said\tit rained .\tShe stayed home .",
+        ],
+    )
     with pytest.raises(GlueDataError) as error:
         read_examples("mrpc", str(tmp_path), "train")
     assert str(error.value) == (
@@ -51,11 +56,15 @@ def test_headerless_test_file_is_found_by_its_index_column(tmp_path):
 
 @pytest.mark.parametrize("score", ["5.2", "-0.5"])
 def test_stsb_score_outside_0_to_5(tmp_path, score):
-    path = _write(tmp_path, "STS-B/dev.tsv", [
-        STSB_HEADER,
-        "0\tmain\tx\t2012\t0\tnone\tnone\tA man sings .\tA man sings .\t5.000",
-        f"1\tmain\tx\t2012\t1\tnone\tnone\tA dog runs .\tA cat sleeps .\t{score}",
-    ])  # fmt: skip
+    path = _write(
+        tmp_path,
+        "STS-B/dev.tsv",
+        [
+            STSB_HEADER,
+            "0\tmain\tx\t2012\t0\tnone\tnone\tA man sings .\tA man sings .\t5.000",
+            f"1\tmain\tx\t2012\t1\tnone\tnone\tA dog runs .\tA cat sleeps .\t{score}",
+        ],
+    )
     with pytest.raises(GlueDataError) as error:
         read_examples("sts-b", str(tmp_path), "dev")
     assert str(error.value) == (
@@ -64,20 +73,24 @@ def test_stsb_score_outside_0_to_5(tmp_path, score):
 
 
 def test_headerless_cola_rows_must_match_the_first_row(tmp_path):
-    path = _write(tmp_path, "CoLA/train.tsv", [
-        "gj04\t1\t\tThe cat sat .", "gj04\t0\t*\tCat the\tsat .",
-    ])  # fmt: skip
+    path = _write(
+        tmp_path, "CoLA/train.tsv", ["gj04\t1\t\tThe cat sat .", "gj04\t0\t*\tCat the\tsat ."]
+    )
     with pytest.raises(GlueDataError, match=f"^{path} line 2 has 5 .* but line 1 has 4;"):
         read_examples("cola", str(tmp_path), "train")
 
 
 def test_qqp_malformed_rows_stay_skipped_and_counted(tmp_path, caplog):
-    _write(tmp_path, "QQP/train.tsv", [
-        "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate",
-        "0\t1\t2\tHow are you?\tHow do you do?\t1",
-        "1\t3\t4\tA broken row",
-        "2\t5\t6\tWhat time?\tWhen?\t0",
-    ])  # fmt: skip
+    _write(
+        tmp_path,
+        "QQP/train.tsv",
+        [
+            "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate",
+            "0\t1\t2\tHow are you?\tHow do you do?\t1",
+            "1\t3\t4\tA broken row",
+            "2\t5\t6\tWhat time?\tWhen?\t0",
+        ],
+    )
     examples = read_examples("qqp", str(tmp_path), "train")
     assert [e.guid for e in examples] == ["0", "2"]
     assert "Skipped 1 malformed rows" in caplog.text

@@ -17,8 +17,12 @@ def _squad(path, qas, version="1.1"):
 
 
 def _qa(qid, **extra):
-    return {"id": qid, "question": "What is the capital?",
-            "answers": [{"text": "Paris", "answer_start": 0}], **extra}  # fmt: skip
+    return {
+        "id": qid,
+        "question": "What is the capital?",
+        "answers": [{"text": "Paris", "answer_start": 0}],
+        **extra,
+    }
 
 
 def test_duplicate_question_id_names_the_id_and_file(tmp_path):
@@ -61,17 +65,28 @@ def test_run_squad_checks_the_files_up_front(tmp_path):
     v2 = _squad(tmp_path / "train-v2.0.json", [_qa("q1", is_impossible=True, answers=[])])
     flag_values = flags.FlagValues()
     squad_task.define_squad_flags(flag_values)
-    flag_values(["run_squad.py", "--do_train", f"--train_file={v2}", "--max_seq_length=64",
-                 "--max_query_length=16", "--doc_stride=32"])  # fmt: skip
+    flag_values(
+        [
+            "run_squad.py",
+            "--do_train",
+            f"--train_file={v2}",
+            "--max_seq_length=64",
+            "--max_query_length=16",
+            "--doc_stride=32",
+        ]
+    )
     with pytest.raises(SquadDataError, match="add --version_2_with_negative"):
         squad_task.check_squad_flags(flag_values)
 
 
 def _race_article(folder, name, with_id=None, num_questions=2):
     folder.mkdir(parents=True, exist_ok=True)
-    article = {"article": f"Text of {name}.", "questions": ["Which?"] * num_questions,
-               "options": [["a", "b", "c", "d"]] * num_questions,
-               "answers": ["A"] * num_questions}  # fmt: skip
+    article = {
+        "article": f"Text of {name}.",
+        "questions": ["Which?"] * num_questions,
+        "options": [["a", "b", "c", "d"]] * num_questions,
+        "answers": ["A"] * num_questions,
+    }
     if with_id:
         article["id"] = with_id
     (folder / name).write_text(json.dumps(article))
@@ -83,8 +98,9 @@ def test_race_files_without_id_get_level_and_name(tmp_path):
             _race_article(tmp_path / "RACE" / "dev" / level, name)
     examples = race.read_race_examples(str(tmp_path), "dev")
     ids = [example.example_id for example in examples]
-    assert ids == [f"{level}/{n}.txt-{q}" for level in ("middle", "high") for n in (1, 2)
-                   for q in (0, 1)]  # fmt: skip
+    assert ids == [
+        f"{level}/{n}.txt-{q}" for level in ("middle", "high") for n in (1, 2) for q in (0, 1)
+    ]
     predictions = tmp_path / "out" / "predictions.json"
     race.write_predictions(str(predictions), examples, [0] * len(examples))
     assert len(json.loads(predictions.read_text())) == 8

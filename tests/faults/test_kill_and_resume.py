@@ -26,6 +26,9 @@ import synthetic_pretraining  # noqa: E402
 
 from albert.training.checkpointing import read_key_values  # noqa: E402
 
+# Slow tier: kills training subprocesses at each fault point and resumes them (~2 min).
+pytestmark = pytest.mark.slow
+
 DROPOUT = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
 KILLED = -9  # the return code of a process ended by SIGKILL
 
@@ -39,8 +42,9 @@ def _env(fault=None):
 
 
 def _start(command, fault=None):
-    return subprocess.Popen(command, env=_env(fault), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        command, env=_env(fault), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _finish(process, expected_code=0):
@@ -86,12 +90,22 @@ def test_pretraining_killed_at_each_point_resumes_bit_identical(tmp_path):
 
     def command(output_dir):
         return [
-            sys.executable, str(REPO / "run_pretraining.py"), f"--albert_config_file={config}",
-            f"--input_file={data}", f"--output_dir={output_dir}", "--do_train",
-            "--train_batch_size=8", "--max_seq_length=32", "--max_predictions_per_seq=5",
-            "--num_train_steps=24", "--num_warmup_steps=3", "--learning_rate=0.01",
-            "--save_checkpoints_steps=4", "--keep_checkpoint_max=2", "--iterations_per_loop=2",
-        ]  # fmt: skip
+            sys.executable,
+            str(REPO / "run_pretraining.py"),
+            f"--albert_config_file={config}",
+            f"--input_file={data}",
+            f"--output_dir={output_dir}",
+            "--do_train",
+            "--train_batch_size=8",
+            "--max_seq_length=32",
+            "--max_predictions_per_seq=5",
+            "--num_train_steps=24",
+            "--num_warmup_steps=3",
+            "--learning_rate=0.01",
+            "--save_checkpoints_steps=4",
+            "--keep_checkpoint_max=2",
+            "--iterations_per_loop=2",
+        ]
 
     reference = _start(command(tmp_path / "reference"))
     stderr = _kill_then_finish(
@@ -113,11 +127,19 @@ def test_classifier_killed_at_each_point_resumes_bit_identical(tmp_path, faults)
     def command(output_dir):
         flags = synthetic_glue.tiny_run_flags(data_dir, output_dir, config, "sst-2")
         return [
-            sys.executable, str(REPO / "run_classifier.py"), *flags,
-            f"--spm_model_file={synthetic_glue.SPM_MODEL}", "--albert_dropout_prob=0.1",
-            "--classifier_dropout_prob=0.1", "--train_step=20", "--save_checkpoints_steps=5",
-            "--iterations_per_loop=1", "--keep_checkpoint_max=2", "--do_train", "--do_eval",
-        ]  # fmt: skip
+            sys.executable,
+            str(REPO / "run_classifier.py"),
+            *flags,
+            f"--spm_model_file={synthetic_glue.SPM_MODEL}",
+            "--albert_dropout_prob=0.1",
+            "--classifier_dropout_prob=0.1",
+            "--train_step=20",
+            "--save_checkpoints_steps=5",
+            "--iterations_per_loop=1",
+            "--keep_checkpoint_max=2",
+            "--do_train",
+            "--do_eval",
+        ]
 
     reference_dir, killed_dir = tmp_path / "reference", tmp_path / "killed"
     reference = _start(command(reference_dir))

@@ -33,12 +33,18 @@ def _snapshot(directory):
     return {p: p.read_bytes() for p in Path(directory).rglob("*") if p.is_file()}
 
 
+@pytest.mark.slow
 def test_a_second_run_on_a_held_output_dir_stops_naming_the_first(tmp_path):
     output_dir = tmp_path / "run"
     tiny_pretraining_run(tmp_path, output_dir, num_train_steps=4)
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(output_dir)], env=env,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(output_dir)],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline() == "held\n"
         before = _snapshot(output_dir)

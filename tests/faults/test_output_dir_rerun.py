@@ -19,6 +19,9 @@ from albert.checkpoints import CheckpointError  # noqa: E402
 from albert.convert_checkpoint import convert  # noqa: E402
 from albert.training import checkpointing  # noqa: E402
 
+# Slow tier: training, conversion and fine-tuning runs (~20 s).
+pytestmark = pytest.mark.slow
+
 
 def _snapshot(directory):
     return {p: p.read_bytes() for p in Path(directory).rglob("*") if p.is_file()}
@@ -78,12 +81,22 @@ def test_classifier_on_a_ram_output_dir_end_to_end(tmp_path, monkeypatch):
     output_dir = "ram://faults_sst2/out"
     flags = synthetic_glue.tiny_run_flags(data_dir, output_dir, config, "sst-2")
     metrics, _ = synthetic_glue.run_classifier(
-        *flags, "--train_step=6", "--save_checkpoints_steps=3", "--do_train", "--do_eval",
+        *flags,
+        "--train_step=6",
+        "--save_checkpoints_steps=3",
+        "--do_train",
+        "--do_eval",
         "--do_predict",
-    )  # fmt: skip
+    )
     assert metrics["global_step"] in (3, 6) and 0.0 <= metrics["accuracy"] <= 1.0
-    for name in ("model.ckpt-best.index", "model.ckpt-6.index", "eval_results.txt",
-                 "best_checkpoint.txt", "albert_config.json", "test_results.tsv"):  # fmt: skip
+    for name in (
+        "model.ckpt-best.index",
+        "model.ckpt-6.index",
+        "eval_results.txt",
+        "best_checkpoint.txt",
+        "albert_config.json",
+        "test_results.tsv",
+    ):
         assert tf.io.gfile.exists(f"{output_dir}/{name}"), name
     assert not tf.io.gfile.exists(f"{output_dir}/run.lock")  # released
     results = checkpointing.read_key_values(f"{output_dir}/eval_results.txt")

@@ -17,6 +17,9 @@ import synthetic_glue as synthetic  # noqa: E402
 import test_race_task  # noqa: E402
 import test_squad_task  # noqa: E402
 
+# Slow tier: fine-tunes SQuAD and RACE end to end (~15 s).
+pytestmark = pytest.mark.slow
+
 
 def _to_ram(local, remote):
     """Copies a local file or folder tree to `remote` on ram://; returns `remote`."""
@@ -51,19 +54,31 @@ def ram_inputs(tmp_path, monkeypatch):
 
 def test_squad_on_ram_end_to_end(ram_inputs):
     root, local, config, spm = ram_inputs
-    train = _to_ram(test_squad_task.write_marker_squad(local / "train.json", 40, 0),
-                    f"{root}/squad/train.json")  # fmt: skip
-    dev = _to_ram(test_squad_task.write_marker_squad(local / "dev.json", 9, 1),
-                  f"{root}/squad/dev.json")  # fmt: skip
+    train = _to_ram(
+        test_squad_task.write_marker_squad(local / "train.json", 40, 0), f"{root}/squad/train.json"
+    )
+    dev = _to_ram(
+        test_squad_task.write_marker_squad(local / "dev.json", 9, 1), f"{root}/squad/dev.json"
+    )
     output_dir = f"{root}/out_squad"
     metrics, _ = test_squad_task.run_squad(
-        *test_squad_task.tiny_flags(config, output_dir, train, dev), f"--spm_model_file={spm}",
-        f"--cached_dir={root}/cache", "--train_step=4", "--save_checkpoints_steps=2",
-        "--do_train", "--do_eval", "--do_predict",
-    )  # fmt: skip
+        *test_squad_task.tiny_flags(config, output_dir, train, dev),
+        f"--spm_model_file={spm}",
+        f"--cached_dir={root}/cache",
+        "--train_step=4",
+        "--save_checkpoints_steps=2",
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+    )
     assert metrics["global_step"] in (2, 4) and 0.0 <= metrics["f1"] <= 100.0
-    for name in ("model.ckpt-4.index", "model.ckpt-best.index", "eval_results.txt",
-                 "predictions.json", "nbest_predictions.json"):  # fmt: skip
+    for name in (
+        "model.ckpt-4.index",
+        "model.ckpt-best.index",
+        "eval_results.txt",
+        "predictions.json",
+        "nbest_predictions.json",
+    ):
         assert tf.io.gfile.exists(f"{output_dir}/{name}"), name
     assert tf.io.gfile.glob(f"{root}/cache/squad_predict_*.tfrecord")
     assert not tf.io.gfile.exists(f"{output_dir}/run.lock")
@@ -76,16 +91,32 @@ def test_race_on_ram_end_to_end(ram_inputs):
     output_dir = f"{root}/out_race"
     # No --cached_dir: the features held in memory are written to output_dir/features.
     metrics, _ = test_race_task.run_race(
-        f"--spm_model_file={spm}", f"--data_dir={data_dir}", f"--albert_config_file={config}",
-        f"--output_dir={output_dir}", "--max_seq_length=32", "--max_qa_length=10",
-        "--train_batch_size=4", "--eval_batch_size=3", "--predict_batch_size=2",
-        "--learning_rate=1e-3", "--warmup_step=1", "--train_step=4",
-        "--save_checkpoints_steps=2", "--iterations_per_loop=2", "--do_train", "--do_eval",
+        f"--spm_model_file={spm}",
+        f"--data_dir={data_dir}",
+        f"--albert_config_file={config}",
+        f"--output_dir={output_dir}",
+        "--max_seq_length=32",
+        "--max_qa_length=10",
+        "--train_batch_size=4",
+        "--eval_batch_size=3",
+        "--predict_batch_size=2",
+        "--learning_rate=1e-3",
+        "--warmup_step=1",
+        "--train_step=4",
+        "--save_checkpoints_steps=2",
+        "--iterations_per_loop=2",
+        "--do_train",
+        "--do_eval",
         "--do_predict",
-    )  # fmt: skip
+    )
     assert metrics["global_step"] in (2, 4) and 0.0 <= metrics["accuracy"] <= 1.0
-    for name in ("model.ckpt-4.index", "model.ckpt-best.index", "eval_results.txt",
-                 "predictions.json", "test_results.txt"):  # fmt: skip
+    for name in (
+        "model.ckpt-4.index",
+        "model.ckpt-best.index",
+        "eval_results.txt",
+        "predictions.json",
+        "test_results.txt",
+    ):
         assert tf.io.gfile.exists(f"{output_dir}/{name}"), name
     written = tf.io.gfile.glob(f"{output_dir}/features/*.tfrecord")
     assert sorted(Path(p).name.split("-")[0] for p in written) == ["eval", "predict", "train"]

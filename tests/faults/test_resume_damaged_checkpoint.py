@@ -20,6 +20,9 @@ from albert.tasks.pretraining import PretrainingTask  # noqa: E402
 from albert.training import checkpointing, loop  # noqa: E402
 from albert.training.optimization import create_optimizer  # noqa: E402
 
+# Slow tier: trains the tiny pretrainer again in every test (~12 s).
+pytestmark = pytest.mark.slow
+
 DROPOUT = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
 
 
@@ -29,16 +32,28 @@ def tiny_pretraining_run(tmp_path, output_dir, num_train_steps=8, **config_chang
     if not data.exists():
         synthetic.write_records(data, 64, seed=3)
     config = AlbertConfig.from_dict({**synthetic.TINY_CONFIG, **DROPOUT, **config_changes})
-    task = PretrainingTask(config, str(data), 6, 6, synthetic.MAX_SEQ_LENGTH,
-                           synthetic.MAX_PREDICTIONS)  # fmt: skip
+    task = PretrainingTask(
+        config, str(data), 6, 6, synthetic.MAX_SEQ_LENGTH, synthetic.MAX_PREDICTIONS
+    )
     options = loop.RunOptions(
-        output_dir=str(output_dir), num_train_steps=num_train_steps, train_batch_size=6,
-        save_checkpoints_steps=4, keep_checkpoint_max=3, iterations_per_loop=2, seed=7,
-    )  # fmt: skip
+        output_dir=str(output_dir),
+        num_train_steps=num_train_steps,
+        train_batch_size=6,
+        save_checkpoints_steps=4,
+        keep_checkpoint_max=3,
+        iterations_per_loop=2,
+        seed=7,
+    )
 
     def optimizer_fn(global_step):
-        return create_optimizer("lamb", 0.05, num_train_steps, num_warmup_steps=1,
-                                global_step=global_step, aggregate_gradients=False)  # fmt: skip
+        return create_optimizer(
+            "lamb",
+            0.05,
+            num_train_steps,
+            num_warmup_steps=1,
+            global_step=global_step,
+            aggregate_gradients=False,
+        )
 
     return loop.run(task, tf.distribute.get_strategy(), options, optimizer_fn)
 
@@ -65,8 +80,10 @@ def test_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, da
         tiny_pretraining_run(tmp_path, output_dir)
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any(f"Checkpoint {output_dir / 'model.ckpt-8'} is damaged" in w for w in warnings)
-    assert any(f"Resumed from {output_dir / 'model.ckpt-4'} at global step 4" in r.getMessage()
-               for r in caplog.records)  # fmt: skip
+    assert any(
+        f"Resumed from {output_dir / 'model.ckpt-4'} at global step 4" in r.getMessage()
+        for r in caplog.records
+    )
     got = _values(output_dir / "model.ckpt-8")
     assert expected.keys() == got.keys() and any(k.startswith("rng/") for k in got)
     for key in expected:

@@ -113,10 +113,20 @@ def test_evaluate_v2_with_null_odds_and_best_thresholds():
     assert result["exact"] == pytest.approx(50.0)
     assert result["f1"] == pytest.approx(100 * (8 / 3) / 4)
     assert list(result) == [
-        "exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total",
-        "NoAns_exact", "NoAns_f1", "NoAns_total",
-        "best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh",
-    ]  # fmt: skip
+        "exact",
+        "f1",
+        "total",
+        "HasAns_exact",
+        "HasAns_f1",
+        "HasAns_total",
+        "NoAns_exact",
+        "NoAns_f1",
+        "NoAns_total",
+        "best_exact",
+        "best_exact_thresh",
+        "best_f1",
+        "best_f1_thresh",
+    ]
     # Walk by null odds from "all null" (score = 2 unanswerable, threshold 0.0):
     #   a1 (0.1) +1 -> 3 | a2 (0.6) EM +0 -> 3, F1 +2/3 -> 3.667 | n4 (0.7) -1 -> 2, 2.667
     #   | n3 (0.9) "" -> +0.

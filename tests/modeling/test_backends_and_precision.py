@@ -10,19 +10,13 @@ import sys
 import keras
 import numpy as np
 import pytest
+from test_hf_parity import INPUT_KEYS, OUTPUTS
 
 from albert.checkpoints import load_checkpoint, read_config
 from albert.modeling import AlbertPretrainer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "hf_grouped"
-INPUT_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
-OUTPUTS = {
-    "sequence_output": "last_hidden_state",
-    "pooled_output": "pooler_output",
-    "mlm_logits": "prediction_logits",
-    "sop_logits": "sop_logits",
-}
 
 # Run in a fresh interpreter, since the backend is chosen once, at `import keras`.
 FORWARD_SCRIPT = """
@@ -67,6 +61,7 @@ def forward_here():
     }, data
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     importlib.util.find_spec("jax") is None,
     reason="Keras' numpy backend imports jax, which is not installed",

@@ -5,23 +5,11 @@ import json
 import pytest
 
 from albert.config import AlbertConfig, ConfigError
-
-VALID = dict(
-    vocab_size=99,
-    embedding_size=10,
-    hidden_size=18,
-    num_attention_heads=3,
-    intermediate_size=37,
-    num_hidden_layers=4,
-    num_hidden_groups=2,
-    inner_group_num=2,
-    max_position_embeddings=16,
-    type_vocab_size=3,
-)
+from tests.helpers import tiny_config
 
 
 def test_valid_config_builds():
-    assert AlbertConfig(**VALID).head_size == 6
+    assert tiny_config().head_size == 6
 
 
 @pytest.mark.parametrize(
@@ -37,7 +25,7 @@ def test_valid_config_builds():
 )
 def test_inconsistent_values(changes, message):
     with pytest.raises(ConfigError, match=message):
-        AlbertConfig(**{**VALID, **changes})
+        tiny_config(**changes)
 
 
 @pytest.mark.parametrize(
@@ -58,7 +46,7 @@ def test_inconsistent_values(changes, message):
 @pytest.mark.parametrize("value", [0, -1, 2.5, True])
 def test_sizes_must_be_positive_integers(key, value):
     with pytest.raises(ConfigError, match=f"`{key}` must be a positive integer"):
-        AlbertConfig(**{**VALID, key: value})
+        tiny_config(**{key: value})
 
 
 def test_bad_files(tmp_path):
@@ -73,8 +61,8 @@ def test_bad_files(tmp_path):
 
 
 def test_released_extra_keys_are_kept_not_used(tmp_path):
-    # A file states every key (from_json_file is strict), so write VALID's full key set.
-    full = AlbertConfig(**VALID).to_dict()
+    # A file states every key (from_json_file is strict), so write every key of the config.
+    full = tiny_config().to_dict()
     values = {**full, "net_structure_type": 0, "gap_size": 0, "layers_to_keep": []}
     (tmp_path / "albert_config.json").write_text(json.dumps(values))
     config = AlbertConfig.from_json_file(str(tmp_path / "albert_config.json"))

@@ -5,7 +5,6 @@ import keras
 import numpy as np
 import pytest
 
-from albert.config import AlbertConfig
 from albert.modeling import (
     AlbertBackbone,
     AlbertClassifier,
@@ -18,13 +17,11 @@ from albert.modeling.embeddings import AlbertEmbeddings
 from albert.modeling.encoder import AlbertAttention, AlbertEncoder, AlbertFeedForward
 from albert.modeling.heads import AlbertMaskedLMHead, AlbertSentenceOrderHead
 from albert.modeling.task_heads import AlbertClassificationHead, AlbertSpanHead, AlbertSquadV2Head
+from tests.helpers import tiny_config
 
 
 def tiny(**changes):
-    sizes = dict(vocab_size=99, embedding_size=10, hidden_size=18, num_attention_heads=3,
-                 intermediate_size=37, num_hidden_layers=4, num_hidden_groups=2,
-                 max_position_embeddings=16, type_vocab_size=3)  # fmt: skip
-    return AlbertConfig(**{**sizes, **changes})
+    return tiny_config(**{"inner_group_num": 1, **changes})
 
 
 def inputs(shape=(3, 7), v2=False):
@@ -116,7 +113,15 @@ def test_every_layer_is_registered_and_its_config_round_trips(index):
     assert rebuilt.get_config() == config
 
 
-@pytest.mark.parametrize("cls", [AlbertBackbone, AlbertPretrainer, AlbertClassifier,
-                                 AlbertMultipleChoice, AlbertQuestionAnswering])  # fmt: skip
+@pytest.mark.parametrize(
+    "cls",
+    [
+        AlbertBackbone,
+        AlbertPretrainer,
+        AlbertClassifier,
+        AlbertMultipleChoice,
+        AlbertQuestionAnswering,
+    ],
+)
 def test_every_model_is_registered(cls):
     assert keras.saving.get_registered_name(cls) == f"albert>{cls.__name__}"

@@ -14,6 +14,7 @@ import pytest
 from albert import configs
 from albert.config import AlbertConfig
 from albert.modeling import AlbertBackbone, AlbertPretrainer
+from tests.helpers import tiny_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HF_COUNTS = json.loads((ROOT / "tests" / "fixtures" / "hf_param_counts.json").read_text())["counts"]
@@ -82,15 +83,11 @@ def test_paper_ablation_counts_within_one_million(embedding_size, layer_sharing)
 
 
 def _tiny(**changes):
-    return AlbertConfig(
-        vocab_size=99,
-        embedding_size=10,
-        hidden_size=18,
-        num_attention_heads=3,
-        intermediate_size=37,
-        max_position_embeddings=16,
-        **changes,
+    """The tiny config with one group of one block (any depth divides), 12 layers, 2 types."""
+    overrides = dict(
+        num_hidden_layers=12, num_hidden_groups=1, inner_group_num=1, type_vocab_size=2
     )
+    return tiny_config(**{**overrides, **changes})
 
 
 def test_all_shared_count_does_not_depend_on_depth():

@@ -13,30 +13,32 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.helpers import tiny_config
+
 TESTS = Path(__file__).resolve().parents[1]
 SPM_MODEL = str(TESTS / "fixtures" / "tokenizer" / "tiny.model")
 KEYWORD = "gold"
-WORDS = ("came there miles book visitors people cars state current free century movement "
-         "form class society groups education thought part means schools common work "
-         "large way world love time street space friend women system").split()  # fmt: skip
+WORDS = (
+    "came there miles book visitors people cars state current free century movement "
+    "form class society groups education thought part means schools common work "
+    "large way world love time street space friend women system"
+).split()
 MNLI_LABELS = ("contradiction", "entailment", "neutral")
 
-TINY_CONFIG = {
-    "vocab_size": 1000,
-    "embedding_size": 16,
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_hidden_groups": 1,
-    "num_attention_heads": 2,
-    "intermediate_size": 48,
-    "inner_group_num": 1,
-    "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.0,
-    "attention_probs_dropout_prob": 0.0,
-    "max_position_embeddings": 64,
-    "type_vocab_size": 2,
-    "initializer_range": 0.02,
-}
+# Every word of the data is a piece of the 1000-piece SentencePiece model; every key, as a
+# config file holds.
+TINY_CONFIG = tiny_config(
+    vocab_size=1000,
+    embedding_size=16,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_hidden_groups=1,
+    num_attention_heads=2,
+    intermediate_size=48,
+    inner_group_num=1,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+).to_dict()
 
 
 def write_config(path, **changes):
@@ -77,15 +79,34 @@ def write_stsb(directory, num_train=400, num_dev=96, num_test=23, seed=1):
     """STS-B layout (10 columns, score last) under directory/STS-B."""
     rng = np.random.default_rng(seed)
     folder = Path(directory) / "STS-B"
-    header = ["index", "genre", "filename", "year", "old_index", "source1", "source2",
-              "sentence1", "sentence2", "score"]  # fmt: skip
+    header = [
+        "index",
+        "genre",
+        "filename",
+        "year",
+        "old_index",
+        "source1",
+        "source2",
+        "sentence1",
+        "sentence2",
+        "score",
+    ]
 
     def rows(count, with_score=True):
         result = []
         for i in range(count):
             score = int(rng.integers(0, 6))
-            row = [i, "main-news", "x", "2012", i, "none", "none", _sentence(rng, 0),
-                   _sentence(rng, score, length=4)]  # fmt: skip
+            row = [
+                i,
+                "main-news",
+                "x",
+                "2012",
+                i,
+                "none",
+                "none",
+                _sentence(rng, 0),
+                _sentence(rng, score, length=4),
+            ]
             result.append(row + [f"{score:.3f}"] if with_score else row)
         return result
 
@@ -99,9 +120,18 @@ def write_mnli(directory, num_train=120, num_dev=30, num_test=17, num_ax=13, see
     """MNLI (matched and mismatched) under directory/MNLI, AX under directory/diagnostic."""
     rng = np.random.default_rng(seed)
     folder = Path(directory) / "MNLI"
-    fields = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse",
-              "sentence2_binary_parse", "sentence1_parse", "sentence2_parse", "sentence1",
-              "sentence2"]  # fmt: skip
+    fields = [
+        "index",
+        "promptID",
+        "pairID",
+        "genre",
+        "sentence1_binary_parse",
+        "sentence2_binary_parse",
+        "sentence1_parse",
+        "sentence2_parse",
+        "sentence1",
+        "sentence2",
+    ]
 
     def pair(i, label):
         return [i, 0, 0, "fiction", "-", "-", "-", "-", _sentence(rng, 0), _sentence(rng, label)]
@@ -139,11 +169,19 @@ def run_classifier(*args):
 def tiny_run_flags(data_dir, output_dir, config, task_name):
     """Flags of a small, fast run (every hyperparameter given, so none is from the table)."""
     return [
-        f"--task_name={task_name}", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
-        f"--albert_config_file={config}", "--max_seq_length=32", "--train_batch_size=16",
-        "--eval_batch_size=10", "--predict_batch_size=7", "--learning_rate=1e-3",
-        "--warmup_step=10", "--albert_dropout_prob=0", "--iterations_per_loop=25",
-    ]  # fmt: skip
+        f"--task_name={task_name}",
+        f"--data_dir={data_dir}",
+        f"--output_dir={output_dir}",
+        f"--albert_config_file={config}",
+        "--max_seq_length=32",
+        "--train_batch_size=16",
+        "--eval_batch_size=10",
+        "--predict_batch_size=7",
+        "--learning_rate=1e-3",
+        "--warmup_step=10",
+        "--albert_dropout_prob=0",
+        "--iterations_per_loop=25",
+    ]
 
 
 def brief_engine_run(strategy, data_dir, output_dir):
@@ -161,15 +199,24 @@ def brief_engine_run(strategy, data_dir, output_dir):
 
     tokenizer = FullTokenizer(spm_model_file=SPM_MODEL)
     config = AlbertConfig.from_dict(TINY_CONFIG)
-    task = classification.GlueTask("sst-2", data_dir, tokenizer, config, 32, 8, 6, 4,
-                                   classifier_dropout_prob=0.0)  # fmt: skip
-    options = loop.RunOptions(output_dir=str(output_dir), num_train_steps=6, train_batch_size=8,
-                              eval_batch_size=6, do_eval=True, save_checkpoints_steps=3,
-                              iterations_per_loop=3, seed=3)  # fmt: skip
+    task = classification.GlueTask(
+        "sst-2", data_dir, tokenizer, config, 32, 8, 6, 4, classifier_dropout_prob=0.0
+    )
+    options = loop.RunOptions(
+        output_dir=str(output_dir),
+        num_train_steps=6,
+        train_batch_size=8,
+        eval_batch_size=6,
+        do_eval=True,
+        save_checkpoints_steps=3,
+        iterations_per_loop=3,
+        seed=3,
+    )
 
     def optimizer_fn(global_step):
-        return create_optimizer("adamw", 1e-3, 6, num_warmup_steps=2, global_step=global_step,
-                                aggregate_gradients=False)  # fmt: skip
+        return create_optimizer(
+            "adamw", 1e-3, 6, num_warmup_steps=2, global_step=global_step, aggregate_gradients=False
+        )
 
     metrics = engine.run(task, strategy, options, optimizer_fn, do_predict=True)
     return metrics, np.loadtxt(Path(output_dir) / "test_results.tsv", delimiter="\t")

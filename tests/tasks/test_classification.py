@@ -16,16 +16,9 @@ from albert.data import glue
 from albert.tasks import classification, engine
 from albert.tokenization import FullTokenizer
 from albert.training.checkpointing import read_key_values
+from tests.helpers import scalar_tags
 
 STEPS = "--train_step=100"
-
-
-def _scalar_tags(directory):
-    tags = set()
-    for path in Path(directory).glob("events.out.tfevents.*"):
-        for event in tf.compat.v1.train.summary_iterator(str(path)):
-            tags.update(value.tag for value in event.summary.value)
-    return tags
 
 
 def _rows(path):
@@ -41,12 +34,19 @@ def sst2(tmp_path_factory):
     output_dir = root / "out"
     flags = synthetic.tiny_run_flags(data_dir, output_dir, config, "sst-2")
     metrics, _ = synthetic.run_classifier(
-        *flags, STEPS, "--save_checkpoints_steps=50", "--do_train", "--do_eval",
-        "--do_predict", f"--cached_dir={root / 'cache'}", f"--export_dir={root / 'export'}",
-    )  # fmt: skip
+        *flags,
+        STEPS,
+        "--save_checkpoints_steps=50",
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+        f"--cached_dir={root / 'cache'}",
+        f"--export_dir={root / 'export'}",
+    )
     return root, data_dir, output_dir, flags, metrics
 
 
+@pytest.mark.slow
 def test_sst2_reaches_near_perfect_dev_accuracy(sst2):
     _, _, output_dir, _, metrics = sst2
     assert metrics["accuracy"] >= 0.97, metrics
@@ -55,10 +55,11 @@ def test_sst2_reaches_near_perfect_dev_accuracy(sst2):
     best = read_key_values(output_dir / "best_checkpoint.txt")
     assert best["metric"] == "accuracy"
     assert results["global_step"] == best["global_step"]  # the final eval is of the best
-    assert {"loss", "accuracy", "learning_rate"} <= _scalar_tags(output_dir)
-    assert {"loss", "accuracy"} <= _scalar_tags(output_dir / "eval")
+    assert {"loss", "accuracy", "learning_rate"} <= scalar_tags(output_dir)
+    assert {"loss", "accuracy"} <= scalar_tags(output_dir / "eval")
 
 
+@pytest.mark.slow
 def test_sst2_prediction_files_have_the_glue_format(sst2):
     _, data_dir, output_dir, _, _ = sst2
     examples = glue.read_examples("sst-2", data_dir, "test")
@@ -75,6 +76,7 @@ def test_sst2_prediction_files_have_the_glue_format(sst2):
     assert [str(i) for i in probabilities.argmax(axis=1)] == expected
 
 
+@pytest.mark.slow
 def test_sst2_export_serves_the_predicted_weights(sst2):
     root, data_dir, output_dir, _, _ = sst2
     serve = tf.saved_model.load(str(root / "export")).signatures["serving_default"]
@@ -86,6 +88,7 @@ def test_sst2_export_serves_the_predicted_weights(sst2):
     assert labels == [row[1] for row in _rows(output_dir / "SST-2.tsv")[1:]]
 
 
+@pytest.mark.slow
 def test_second_run_reads_the_feature_cache(sst2, monkeypatch):
     root, _, output_dir, flags, metrics = sst2
     assert len(list((root / "cache").glob("sst-2_dev_seq32_*.tfrecord"))) == 1
@@ -107,6 +110,7 @@ def _task(data_dir, task_name, config=None):
     return classification.GlueTask(task_name, data_dir, tokenizer, config, 32, 16, 10, 7)
 
 
+@pytest.mark.slow
 def test_stsb_pearson_rises_from_chance(tmp_path):
     data_dir = synthetic.write_stsb(tmp_path / "glue")
     config = synthetic.write_config(tmp_path / "config.json")
@@ -115,16 +119,22 @@ def test_stsb_pearson_rises_from_chance(tmp_path):
     before = task.evaluate(task.create_model(), tf.distribute.get_strategy())
     flags = synthetic.tiny_run_flags(data_dir, tmp_path / "out", config, "sts-b")
     after, _ = synthetic.run_classifier(
-        *flags, "--train_step=150", "--save_checkpoints_steps=150", "--do_train", "--do_eval",
+        *flags,
+        "--train_step=150",
+        "--save_checkpoints_steps=150",
+        "--do_train",
+        "--do_eval",
         "--do_predict",
-    )  # fmt: skip
+    )
     assert abs(before["pearson"]) < 0.5 and after["pearson"] > 0.95, (before, after)
     assert {"pearson", "spearman", "mse", "loss"} <= after.keys()
     submission = _rows(tmp_path / "out" / "STS-B.tsv")
     assert submission[0] == ["index", "prediction"] and len(submission) == 24
     scores = [float(row[1]) for row in submission[1:]]
-    assert all(0.0 <= s <= 5.0 and len(row[1].split(".")[1]) == 3
-               for s, row in zip(scores, submission[1:], strict=True))  # fmt: skip
+    assert all(
+        0.0 <= s <= 5.0 and len(row[1].split(".")[1]) == 3
+        for s, row in zip(scores, submission[1:], strict=True)
+    )
     raw = np.array(_rows(tmp_path / "out" / "test_results.tsv"), dtype=np.float64)
     assert raw.shape == (23, 1)
     assert np.max(np.abs(np.clip(raw[:, 0], 0, 5) - scores)) <= 5e-4
@@ -146,22 +156,34 @@ def test_loss_matches_numpy_and_ignores_padding(tmp_path):
 
     stsb = _task(synthetic.write_stsb(tmp_path), "sts-b")
     scores = {"logits": tf.constant([[1.0], [3.0]])}
-    loss, sums = stsb.loss(scores, {"label_ids": np.array([2.0, 3.5]),
-                                    "is_real_example": np.array([1, 1])}, {"examples": 2.0})  # fmt: skip
+    loss, sums = stsb.loss(
+        scores,
+        {"label_ids": np.array([2.0, 3.5]), "is_real_example": np.array([1, 1])},
+        {"examples": 2.0},
+    )
     assert abs(float(loss) - (1.0 + 0.25) / 2.0) < 1e-6
     assert float(sums["squared_error"]) == pytest.approx(1.25)
 
 
 @pytest.mark.parametrize(
     "task_name, num_labels, best_metric, pair",
-    [("cola", 2, "matthews_corr", False), ("sst-2", 2, "accuracy", False),
-     ("mrpc", 2, "accuracy", True), ("sts-b", 1, "pearson", True), ("qqp", 2, "accuracy", True),
-     ("mnli", 3, "accuracy", True), ("mismnli", 3, "accuracy", True),
-     ("qnli", 2, "accuracy", True), ("rte", 2, "accuracy", True), ("wnli", 2, "accuracy", True),
-     ("ax", 3, "accuracy", True)],
-)  # fmt: skip
-def test_every_glue_task_has_its_head_and_metric(tmp_path, task_name, num_labels, best_metric,
-                                                 pair):  # fmt: skip
+    [
+        ("cola", 2, "matthews_corr", False),
+        ("sst-2", 2, "accuracy", False),
+        ("mrpc", 2, "accuracy", True),
+        ("sts-b", 1, "pearson", True),
+        ("qqp", 2, "accuracy", True),
+        ("mnli", 3, "accuracy", True),
+        ("mismnli", 3, "accuracy", True),
+        ("qnli", 2, "accuracy", True),
+        ("rte", 2, "accuracy", True),
+        ("wnli", 2, "accuracy", True),
+        ("ax", 3, "accuracy", True),
+    ],
+)
+def test_every_glue_task_has_its_head_and_metric(
+    tmp_path, task_name, num_labels, best_metric, pair
+):
     task = _task(tmp_path, task_name)
     assert task.create_model().num_labels == num_labels
     assert task.best_metric == best_metric

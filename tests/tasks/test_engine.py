@@ -168,17 +168,24 @@ print(json.dumps({"metrics": metrics, "probabilities": probabilities.tolist()}))
 """
 
 
+@pytest.mark.slow
 def test_two_replicas_give_the_one_device_result(tmp_path):
     """The same global batches, so the same training, dev metrics and test predictions as
     one device: per-replica batching, padding and the order of gathered rows are right."""
     data_dir = synthetic.write_sst2(tmp_path / "glue", num_train=48, num_dev=29, num_test=11)
     here = Path(__file__).resolve().parent
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-               PYTHONPATH=os.pathsep.join([str(here.parents[1]), str(here)]))  # fmt: skip
+    env = dict(
+        os.environ,
+        TF_CPP_MIN_LOG_LEVEL="3",
+        PYTHONPATH=os.pathsep.join([str(here.parents[1]), str(here)]),
+    )
     run = subprocess.run(
         [sys.executable, "-c", _MIRRORED_SCRIPT, data_dir, str(tmp_path / "mirrored")],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     mirrored = json.loads(run.stdout.strip().splitlines()[-1])
     metrics, expected = synthetic.brief_engine_run(

@@ -11,23 +11,45 @@ import synthetic_glue as synthetic
 import tensorflow as tf
 from absl import flags
 
-from albert.config import AlbertConfig
 from albert.export import export_classifier
 from albert.modeling import AlbertClassifier
 from albert.tasks import classification, hyperparameters, race, squad
 from albert.tasks import flags as finetuning_flags
 from albert.training import flags as training_flags
 from albert.training.flags import FlagError
+from tests.helpers import tiny_config
 
 # Every flag each original script defines (google-research/albert, final versions).
 _TPU = ["use_tpu", "tpu_name", "tpu_zone", "gcp_project", "master", "num_tpu_cores"]
-_SQUAD = ["albert_config_file", "vocab_file", "spm_model_file", "output_dir", "train_file",
-          "predict_file", "train_feature_file", "predict_feature_file",
-          "predict_feature_left_file", "init_checkpoint", "albert_hub_module_handle",
-          "do_lower_case", "max_seq_length", "doc_stride", "max_query_length", "do_train",
-          "do_predict", "train_batch_size", "predict_batch_size", "learning_rate",
-          "num_train_epochs", "warmup_proportion", "save_checkpoints_steps",
-          "iterations_per_loop", "n_best_size", "max_answer_length", *_TPU]  # fmt: skip
+_SQUAD = [
+    "albert_config_file",
+    "vocab_file",
+    "spm_model_file",
+    "output_dir",
+    "train_file",
+    "predict_file",
+    "train_feature_file",
+    "predict_feature_file",
+    "predict_feature_left_file",
+    "init_checkpoint",
+    "albert_hub_module_handle",
+    "do_lower_case",
+    "max_seq_length",
+    "doc_stride",
+    "max_query_length",
+    "do_train",
+    "do_predict",
+    "train_batch_size",
+    "predict_batch_size",
+    "learning_rate",
+    "num_train_epochs",
+    "warmup_proportion",
+    "save_checkpoints_steps",
+    "iterations_per_loop",
+    "n_best_size",
+    "max_answer_length",
+    *_TPU,
+]
 ORIGINAL_FLAGS = {
     "run_squad_v1": [*_SQUAD, "use_einsum", "export_dir"],
     "run_squad_v2": [*_SQUAD, "start_n_top", "end_n_top", "dropout_prob"],
@@ -62,7 +84,7 @@ ORIGINAL_FLAGS = {
         "save_checkpoints_steps",
         "iterations_per_loop",
         *_TPU,
-    ],  # fmt: skip
+    ],
     "run_classifier": [
         "data_dir",
         "albert_config_file",
@@ -91,7 +113,7 @@ ORIGINAL_FLAGS = {
         "export_dir",
         "threshold_to_export",
         *_TPU,
-    ],  # fmt: skip
+    ],
     "run_pretraining": [
         "albert_config_file",
         "input_file",
@@ -116,7 +138,7 @@ ORIGINAL_FLAGS = {
         "init_from_group0",
         "masked_lm_budget",
         *_TPU,
-    ],  # fmt: skip
+    ],
 }
 DEFINERS = {
     "run_squad_v1": squad.define_squad_flags,
@@ -143,9 +165,8 @@ def test_every_original_flag_is_defined(script):
 
 def test_epochs_and_warmup_proportion_become_steps_as_the_original():
     flag_values = flag_values_of(
-        "run_squad_v2", "--train_batch_size=16", "--num_train_epochs=2.5",
-        "--warmup_proportion=.3",
-    )  # fmt: skip
+        "run_squad_v2", "--train_batch_size=16", "--num_train_epochs=2.5", "--warmup_proportion=.3"
+    )
     hyperparameters.steps_from_epochs(flag_values, "squad2.0", lambda: 37)
     assert flag_values.num_train_steps == int(37 / 16 * 2.5) == 5
     assert flag_values.num_warmup_steps == int(5 * 0.3) == 1
@@ -156,8 +177,9 @@ def test_epochs_and_warmup_proportion_become_steps_as_the_original():
     with pytest.raises(FlagError, match="--num_train_epochs or --num_train_steps"):
         hyperparameters.steps_from_epochs(
             flag_values_of("run_squad_v1", "--num_train_epochs=2", "--train_step=9"),
-            "squad1.1", lambda: 10,
-        )  # fmt: skip
+            "squad1.1",
+            lambda: 10,
+        )
     with pytest.raises(FlagError, match="--warmup_proportion must be in"):
         hyperparameters.steps_from_epochs(
             flag_values_of("run_squad_v1", "--warmup_proportion=1.5"), "squad1.1", lambda: 10
@@ -170,10 +192,15 @@ def test_aliases_of_the_original_names():
     assert flag_values_of("run_squad_v2", "--dropout_prob=0.3").classifier_dropout_prob == 0.3
 
 
-@pytest.mark.parametrize("path, version", [
-    ("models/albert_base_v2/albert_config.json", "v2"), ("albert_xxlarge_v2", "v2"),
-    ("models/albert_base/albert_config.json", "v1"), ("models/v20/config.json", "v1"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "path, version",
+    [
+        ("models/albert_base_v2/albert_config.json", "v2"),
+        ("albert_xxlarge_v2", "v2"),
+        ("models/albert_base/albert_config.json", "v1"),
+        ("models/v20/config.json", "v1"),
+    ],
+)
 def test_race_defaults_follow_the_model_version(path, version):
     flag_values = flag_values_of("run_race", f"--albert_config_file={path}")
     assert race.model_version(flag_values) == version
@@ -187,8 +214,12 @@ def test_race_defaults_follow_the_model_version(path, version):
 def _hub_module(directory):
     variables = Path(directory) / "variables"
     variables.mkdir(parents=True)
-    tf.raw_ops.SaveV2(prefix=str(variables / "variables"), tensor_names=["module/x"],
-                      shape_and_slices=[""], tensors=[np.zeros(2, "float32")])  # fmt: skip
+    tf.raw_ops.SaveV2(
+        prefix=str(variables / "variables"),
+        tensor_names=["module/x"],
+        shape_and_slices=[""],
+        tensors=[np.zeros(2, "float32")],
+    )
     (Path(directory) / "assets").mkdir()
     shutil.copy(synthetic.SPM_MODEL, Path(directory) / "assets" / "30k-clean.model")
     return str(directory)
@@ -197,9 +228,11 @@ def _hub_module(directory):
 def test_hub_module_folder_and_url(tmp_path):
     module = _hub_module(tmp_path / "albert_base_3")
     flag_values = flag_values_of(
-        "run_classifier", f"--albert_hub_module_handle={module}", f"--output_dir={tmp_path}",
+        "run_classifier",
+        f"--albert_hub_module_handle={module}",
+        f"--output_dir={tmp_path}",
         "--do_train",
-    )  # fmt: skip
+    )
     finetuning_flags.check_finetuning_flags(flag_values)
     assert flag_values.init_checkpoint == f"{module}/variables/variables"
     assert flag_values.spm_model_file == f"{module}/assets/30k-clean.model"
@@ -218,15 +251,19 @@ def test_hub_module_folder_and_url(tmp_path):
                 flag_values_of("run_squad_v1", f"--albert_hub_module_handle={handle}")
             )
     with pytest.raises(FlagError, match="not both"):
-        finetuning_flags.apply_hub_module(flag_values_of(
-            "run_squad_v1", f"--albert_hub_module_handle={module}", "--init_checkpoint=x"))  # fmt: skip
+        finetuning_flags.apply_hub_module(
+            flag_values_of(
+                "run_squad_v1", f"--albert_hub_module_handle={module}", "--init_checkpoint=x"
+            )
+        )
 
 
 def test_feature_file_flags_select_the_cache_directory(tmp_path):
     flag_values = flag_values_of(
-        "run_squad_v1", f"--train_feature_file={tmp_path / 'a' / 'train.tfrecord'}",
+        "run_squad_v1",
+        f"--train_feature_file={tmp_path / 'a' / 'train.tfrecord'}",
         f"--predict_feature_left_file={tmp_path / 'b' / 'left.pkl'}",
-    )  # fmt: skip
+    )
     assert finetuning_flags.feature_file_directory(flag_values, ("train_feature_file",)) == str(
         tmp_path / "a"
     )
@@ -237,15 +274,37 @@ def test_feature_file_flags_select_the_cache_directory(tmp_path):
     assert finetuning_flags.feature_file_directory(bare, ("train_file",)) == "c"
 
 
+@pytest.mark.slow
 def test_threshold_to_export_is_served_with_the_predictions(tmp_path):
-    config = AlbertConfig(vocab_size=1000, embedding_size=10, hidden_size=18,
-                          num_attention_heads=3, intermediate_size=22, num_hidden_layers=1,
-                          max_position_embeddings=20)  # fmt: skip
+    config = tiny_config(
+        vocab_size=1000,
+        intermediate_size=22,
+        num_hidden_layers=1,
+        num_hidden_groups=1,
+        inner_group_num=1,
+        max_position_embeddings=20,
+        type_vocab_size=2,
+    )
     model = AlbertClassifier(config, 2)
-    export_classifier(model, synthetic.SPM_MODEL, True, 12, ("0", "1"), str(tmp_path / "with"),
-                      sentence_pair=False, threshold=0.625)  # fmt: skip
-    export_classifier(model, synthetic.SPM_MODEL, True, 12, ("0", "1"), str(tmp_path / "none"),
-                      sentence_pair=False)  # fmt: skip
+    export_classifier(
+        model,
+        synthetic.SPM_MODEL,
+        True,
+        12,
+        ("0", "1"),
+        str(tmp_path / "with"),
+        sentence_pair=False,
+        threshold=0.625,
+    )
+    export_classifier(
+        model,
+        synthetic.SPM_MODEL,
+        True,
+        12,
+        ("0", "1"),
+        str(tmp_path / "none"),
+        sentence_pair=False,
+    )
     serve = tf.saved_model.load(str(tmp_path / "with")).signatures["serving_default"]
     outputs = serve(sentence_a=tf.constant(["a film", "gold"]))
     assert float(outputs["threshold"]) == 0.625 and outputs["probabilities"].shape == (2, 2)

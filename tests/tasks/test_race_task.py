@@ -15,8 +15,16 @@ from albert.tasks import race
 from albert.training.checkpointing import read_key_values
 
 # Single pieces of the tiny SentencePiece model, never among the filler words.
-OPTIONS = ("anarchism", "capitalism", "tactics", "autonomy", "workers", "authority", "marx",
-           "human")  # fmt: skip
+OPTIONS = (
+    "anarchism",
+    "capitalism",
+    "tactics",
+    "autonomy",
+    "workers",
+    "authority",
+    "marx",
+    "human",
+)
 
 
 def write_race(directory, counts, seed):
@@ -32,9 +40,13 @@ def write_race(directory, counts, seed):
                 options[label] = str(rng.choice(OPTIONS))
                 words = list(rng.choice(synthetic.WORDS, size=int(rng.integers(5, 20))))
                 words.insert(int(rng.integers(0, len(words) + 1)), options[label])
-                article = {"id": f"{level}{i}.txt", "article": " ".join(words),
-                           "questions": ["which word is in the text"], "options": [options],
-                           "answers": ["ABCD"[label]]}  # fmt: skip
+                article = {
+                    "id": f"{level}{i}.txt",
+                    "article": " ".join(words),
+                    "questions": ["which word is in the text"],
+                    "options": [options],
+                    "answers": ["ABCD"[label]],
+                }
                 (folder / f"{level}{i}.txt").write_text(json.dumps(article), encoding="utf-8")
     return str(directory)
 
@@ -47,18 +59,31 @@ def run_race(*args):
     return race.run_from_flags(flag_values), flag_values
 
 
+@pytest.mark.slow
 def test_synthetic_race_is_learned(tmp_path):
     data_dir = write_race(tmp_path / "data", {"train": 150, "dev": 30, "test": 11}, seed=0)
     config = synthetic.write_config(tmp_path / "config.json")
     output_dir = tmp_path / "out"
     metrics, _ = run_race(
-        f"--data_dir={data_dir}", f"--albert_config_file={config}", f"--output_dir={output_dir}",
-        "--max_seq_length=32", "--max_qa_length=10", "--train_batch_size=16",
-        "--eval_batch_size=9", "--predict_batch_size=5", "--learning_rate=1e-3",
-        "--warmup_step=20", "--albert_dropout_prob=0", "--classifier_dropout_prob=0",
-        "--train_step=200", "--save_checkpoints_steps=200", "--iterations_per_loop=50",
-        "--do_train", "--do_eval", "--do_predict",
-    )  # fmt: skip
+        f"--data_dir={data_dir}",
+        f"--albert_config_file={config}",
+        f"--output_dir={output_dir}",
+        "--max_seq_length=32",
+        "--max_qa_length=10",
+        "--train_batch_size=16",
+        "--eval_batch_size=9",
+        "--predict_batch_size=5",
+        "--learning_rate=1e-3",
+        "--warmup_step=20",
+        "--albert_dropout_prob=0",
+        "--classifier_dropout_prob=0",
+        "--train_step=200",
+        "--save_checkpoints_steps=200",
+        "--iterations_per_loop=50",
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+    )
     assert metrics["accuracy"] > 0.6, metrics  # chance is 0.25; 1.0 is typical
     assert metrics["middle_num_examples"] == metrics["high_num_examples"] == 30
     results = read_key_values(output_dir / "eval_results.txt")
@@ -77,9 +102,13 @@ def test_synthetic_race_is_learned(tmp_path):
 def test_one_level_and_user_errors(tmp_path):
     data_dir = write_race(tmp_path / "data", {"dev": 4}, seed=1)
     config = synthetic.write_config(tmp_path / "config.json")
-    common = [f"--data_dir={data_dir}", f"--albert_config_file={config}",
-              f"--output_dir={tmp_path / 'out'}", "--max_seq_length=32",
-              "--max_qa_length=10"]  # fmt: skip
+    common = [
+        f"--data_dir={data_dir}",
+        f"--albert_config_file={config}",
+        f"--output_dir={tmp_path / 'out'}",
+        "--max_seq_length=32",
+        "--max_qa_length=10",
+    ]
     task = race.RaceTask(data_dir, None, None, 32, 10, 4, 4, 4, high_only=True)
     assert task.levels == ("high",)
     with pytest.raises(race_data.RaceDataError, match="at most one"):

@@ -34,8 +34,12 @@ def _parsed(*args):
 def test_unset_flags_come_from_the_paper_table():
     flag_values = _parsed("--task_name=cola", "--train_step=7", "--learning_rate=0.5")
     taken = hyperparameters.fill_from_table(flag_values, "cola")
-    assert taken == {"train_batch_size": 16, "num_warmup_steps": 320, "max_seq_length": 512,
-                     "albert_dropout_prob": 0.0}  # fmt: skip
+    assert taken == {
+        "train_batch_size": 16,
+        "num_warmup_steps": 320,
+        "max_seq_length": 512,
+        "albert_dropout_prob": 0.0,
+    }
     assert flag_values.num_train_steps == 7 and flag_values.learning_rate == 0.5
     assert flag_values.optimizer == "adamw" and flag_values.eval_batch_size == 8
     flag_values = _parsed("--task_name=mismnli")
@@ -51,20 +55,26 @@ def mnli(tmp_path_factory):
     config = synthetic.write_config(root / "config.json")
     output_dir = root / "mnli_out"
     run_flags = synthetic.tiny_run_flags(data_dir, output_dir, config, "mnli")
-    synthetic.run_classifier(*run_flags, "--train_step=30", "--save_checkpoints_steps=30",
-                             "--do_train")  # fmt: skip
+    synthetic.run_classifier(
+        *run_flags, "--train_step=30", "--save_checkpoints_steps=30", "--do_train"
+    )
     return root, data_dir, output_dir
 
 
+@pytest.mark.slow
 def test_ax_is_predicted_with_the_mnli_model(mnli):
     root, data_dir, mnli_dir = mnli
     ax_dir = root / "ax_out"
     # No --albert_config_file: the config is read from the MNLI run's directory.
     synthetic.run_classifier(
-        "--task_name=ax", f"--data_dir={data_dir}", f"--output_dir={ax_dir}",
-        f"--init_checkpoint={mnli_dir}", "--max_seq_length=32", "--predict_batch_size=5",
+        "--task_name=ax",
+        f"--data_dir={data_dir}",
+        f"--output_dir={ax_dir}",
+        f"--init_checkpoint={mnli_dir}",
+        "--max_seq_length=32",
+        "--predict_batch_size=5",
         "--do_predict",
-    )  # fmt: skip
+    )
     examples = glue.read_examples("ax", data_dir, "test")
     with open(ax_dir / "AX.tsv", encoding="utf-8") as f:
         rows = list(csv.reader(f, delimiter="\t"))
@@ -77,25 +87,32 @@ def test_ax_is_predicted_with_the_mnli_model(mnli):
     engine.load_final_weights(model, options)
     tokenizer = FullTokenizer(spm_model_file=synthetic.SPM_MODEL, do_lower_case=True)
     features = glue.convert_examples_to_features(examples, "ax", 32, tokenizer)
-    inputs = {k: np.array([f[k] for f in features]) for k in ("input_ids", "input_mask",
-                                                              "segment_ids")}  # fmt: skip
+    inputs = {
+        k: np.array([f[k] for f in features]) for k in ("input_ids", "input_mask", "segment_ids")
+    }
     expected = classification.softmax(np.asarray(model(inputs)["logits"]))
     written = np.loadtxt(ax_dir / "test_results.tsv", delimiter="\t")
     assert np.max(np.abs(written - expected)) < 1e-5
     assert [r[1] for r in rows[1:]] == [glue.MNLI_LABELS[i] for i in expected.argmax(axis=1)]
 
 
+@pytest.mark.slow
 def test_mismatched_dev_is_evaluated_with_the_mnli_model(mnli):
     root, data_dir, mnli_dir = mnli
     metrics, _ = synthetic.run_classifier(
-        "--task_name=mismnli", f"--data_dir={data_dir}", f"--output_dir={root / 'mm_out'}",
-        f"--init_checkpoint={mnli_dir}", "--max_seq_length=32", "--do_eval",
-    )  # fmt: skip
+        "--task_name=mismnli",
+        f"--data_dir={data_dir}",
+        f"--output_dir={root / 'mm_out'}",
+        f"--init_checkpoint={mnli_dir}",
+        "--max_seq_length=32",
+        "--do_eval",
+    )
     assert metrics["global_step"] == 30 and 0.0 <= metrics["accuracy"] <= 1.0
     results = read_key_values(root / "mm_out" / "eval_results.txt")
     assert float(results["accuracy"]) == pytest.approx(metrics["accuracy"])
 
 
+@pytest.mark.slow
 def test_init_checkpoint_from_an_official_tf1_checkpoint(tmp_path):
     config = AlbertConfig.from_dict(synthetic.TINY_CONFIG)
     source = AlbertPretrainer(config)
@@ -107,12 +124,17 @@ def test_init_checkpoint_from_an_official_tf1_checkpoint(tmp_path):
     run_flags = synthetic.tiny_run_flags(data_dir, tmp_path / "out", "", "sst-2")
     # No --albert_config_file (its albert_config.json is beside the checkpoint); a zero
     # learning rate keeps the weights as loaded.
-    synthetic.run_classifier(*[f for f in run_flags if "albert_config_file" not in f],
-                             f"--init_checkpoint={prefix}", "--learning_rate=0", "--train_step=2",
-                             "--do_train")  # fmt: skip
+    synthetic.run_classifier(
+        *[f for f in run_flags if "albert_config_file" not in f],
+        f"--init_checkpoint={prefix}",
+        "--learning_rate=0",
+        "--train_step=2",
+        "--do_train",
+    )
     model = AlbertClassifier(AlbertBackbone(config), 2)
-    options = loop.RunOptions(output_dir=str(tmp_path / "out"), num_train_steps=1,
-                              train_batch_size=1)  # fmt: skip
+    options = loop.RunOptions(
+        output_dir=str(tmp_path / "out"), num_train_steps=1, train_batch_size=1
+    )
     assert engine.load_final_weights(model, options)[1] == 2
     for weight, expected in zip(model.backbone.weights, source.backbone.weights, strict=True):
         assert np.max(np.abs(weight.numpy() - expected.numpy())) == 0.0, weight.path
@@ -141,21 +163,33 @@ def sst2_data(tmp_path_factory):
 )
 def test_user_errors_name_the_flag(sst2_data, tmp_path, changes, error, message):
     data_dir, config = sst2_data
-    values = {"task_name": "sst-2", "data_dir": data_dir, "output_dir": str(tmp_path),
-              "albert_config_file": config, "spm_model_file": synthetic.SPM_MODEL,
-              "max_seq_length": 32, "do_train": True, **changes}  # fmt: skip
+    values = {
+        "task_name": "sst-2",
+        "data_dir": data_dir,
+        "output_dir": str(tmp_path),
+        "albert_config_file": config,
+        "spm_model_file": synthetic.SPM_MODEL,
+        "max_seq_length": 32,
+        "do_train": True,
+        **changes,
+    }
     args = [f"--{k}={v}" for k, v in values.items() if v is not None and not isinstance(v, bool)]
     args += [f"--{k}" if v else f"--no{k}" for k, v in values.items() if isinstance(v, bool)]
     with pytest.raises(error, match=message):
         synthetic.run_classifier(*args)
 
 
+@pytest.mark.slow
 def test_bad_flags_print_one_line_without_traceback(tmp_path):
     command = [
-        sys.executable, str(REPO / "run_classifier.py"), "--task_name=glue",
-        f"--output_dir={tmp_path}", f"--data_dir={tmp_path}", "--do_train",
+        sys.executable,
+        str(REPO / "run_classifier.py"),
+        "--task_name=glue",
+        f"--output_dir={tmp_path}",
+        f"--data_dir={tmp_path}",
+        "--do_train",
         f"--spm_model_file={synthetic.SPM_MODEL}",
-    ]  # fmt: skip
+    ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 2, result.stderr[-2000:]

@@ -34,8 +34,11 @@ def write_marker_squad(path, num_questions, seed):
         context = " ".join(words)
         answer_start = len(" ".join(words[:position])) + (1 if position else 0)
         assert context[answer_start : answer_start + len(answer)] == answer
-        qa = {"id": f"q{i}", "question": "which word is the odd one",
-              "answers": [{"text": answer, "answer_start": answer_start}]}  # fmt: skip
+        qa = {
+            "id": f"q{i}",
+            "question": "which word is the odd one",
+            "answers": [{"text": answer, "answer_start": answer_start}],
+        }
         paragraphs.append({"context": context, "qas": [qa]})
     data = {"version": "1.1", "data": [{"title": "odd word", "paragraphs": paragraphs}]}
     Path(path).write_text(json.dumps(data), encoding="utf-8")
@@ -52,25 +55,39 @@ def run_squad(*args):
 
 def tiny_flags(config, output_dir, train_file, predict_file):
     return [
-        f"--albert_config_file={config}", f"--output_dir={output_dir}",
-        f"--train_file={train_file}", f"--predict_file={predict_file}",
-        "--max_seq_length=64", "--doc_stride=32", "--max_query_length=16",
-        "--train_batch_size=16", "--eval_batch_size=9", "--predict_batch_size=7",
-        "--learning_rate=2e-3", "--warmup_step=20", "--albert_dropout_prob=0",
-        "--iterations_per_loop=50", "--max_answer_length=5",
-    ]  # fmt: skip
+        f"--albert_config_file={config}",
+        f"--output_dir={output_dir}",
+        f"--train_file={train_file}",
+        f"--predict_file={predict_file}",
+        "--max_seq_length=64",
+        "--doc_stride=32",
+        "--max_query_length=16",
+        "--train_batch_size=16",
+        "--eval_batch_size=9",
+        "--predict_batch_size=7",
+        "--learning_rate=2e-3",
+        "--warmup_step=20",
+        "--albert_dropout_prob=0",
+        "--iterations_per_loop=50",
+        "--max_answer_length=5",
+    ]
 
 
+@pytest.mark.slow
 def test_synthetic_squad_is_learned_and_exported(tmp_path):
     train = write_marker_squad(tmp_path / "train.json", 400, seed=0)
     dev = write_marker_squad(tmp_path / "dev.json", 60, seed=1)
     config = synthetic.write_config(tmp_path / "config.json")
     output_dir, export_dir = tmp_path / "out", tmp_path / "export"
     metrics, _ = run_squad(
-        *tiny_flags(config, output_dir, train, dev), "--train_step=150",
-        "--save_checkpoints_steps=150", f"--export_dir={export_dir}",
-        "--do_train", "--do_eval", "--do_predict",
-    )  # fmt: skip
+        *tiny_flags(config, output_dir, train, dev),
+        "--train_step=150",
+        "--save_checkpoints_steps=150",
+        f"--export_dir={export_dir}",
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+    )
     assert metrics["f1"] > 80.0 and metrics["exact_match"] > 70.0, metrics
     results = read_key_values(output_dir / "eval_results.txt")
     assert float(results["f1"]) == pytest.approx(metrics["f1"])
@@ -90,24 +107,31 @@ def test_synthetic_squad_is_learned_and_exported(tmp_path):
         out = serve(question=tf.constant({questions!r}), context=tf.constant({contexts!r}))
         print(json.dumps([a.decode() for a in out["answer"].numpy()]))
     """)
-    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                               cwd=tmp_path, check=True)  # fmt: skip
+    completed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, check=True
+    )
     served = json.loads(completed.stdout.strip().splitlines()[-1])
     expected = [p["qas"][0]["answers"][0]["text"] for p in gold]
     # The answers are lower-case single pieces, so the detokenized span is the answer text.
     assert served == expected == [predictions[f"q{i}"] for i in range(8)]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (SHARED_SQUAD / "dev-v2.0.json").exists(), reason="no shared SQuAD data")
 def test_squad_v2_on_the_dev_sample(tmp_path):
     dev = str(SHARED_SQUAD / "dev-v2.0.json")
     config = synthetic.write_config(tmp_path / "config.json")
     output_dir = tmp_path / "out"
     metrics, _ = run_squad(
-        *tiny_flags(config, output_dir, dev, dev), "--version_2_with_negative",
-        "--train_step=4", "--save_checkpoints_steps=4", "--iterations_per_loop=2",
-        "--do_train", "--do_eval", "--do_predict",
-    )  # fmt: skip
+        *tiny_flags(config, output_dir, dev, dev),
+        "--version_2_with_negative",
+        "--train_step=4",
+        "--save_checkpoints_steps=4",
+        "--iterations_per_loop=2",
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+    )
     gold = json.loads(Path(dev).read_text())["data"]
     qids = [qa["id"] for a in gold for p in a["paragraphs"] for qa in p["qas"]]
     predictions = json.loads((output_dir / "predictions.json").read_text())
@@ -115,12 +139,25 @@ def test_squad_v2_on_the_dev_sample(tmp_path):
     nbest = json.loads((output_dir / "nbest_predictions.json").read_text())
     assert list(predictions) == qids and list(null_odds) == qids and list(nbest) == qids
     assert all(isinstance(v, float) for v in null_odds.values())
-    assert all({"text", "probability", "start_log_prob", "end_log_prob"} <= set(n[0])
-               for n in nbest.values())  # fmt: skip
+    assert all(
+        {"text", "probability", "start_log_prob", "end_log_prob"} <= set(n[0])
+        for n in nbest.values()
+    )
     results = read_key_values(output_dir / "eval_results.txt")
-    for key in ("exact", "f1", "total", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1",
-                "best_exact", "best_f1", "best_f1_thresh", "null_score_diff_threshold",
-                "global_step"):  # fmt: skip
+    for key in (
+        "exact",
+        "f1",
+        "total",
+        "HasAns_exact",
+        "HasAns_f1",
+        "NoAns_exact",
+        "NoAns_f1",
+        "best_exact",
+        "best_f1",
+        "best_f1_thresh",
+        "null_score_diff_threshold",
+        "global_step",
+    ):
         assert key in results, key
     assert int(results["total"]) == len(qids) and int(results["global_step"]) == 4
     # The tuned threshold is applied: F1 at it is the best F1, and predictions.json agrees.
@@ -153,13 +190,17 @@ def test_losses_match_numpy():
         return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
     rows = np.arange(batch)
-    loss, _ = _task(False).loss({"start_logits": logits[0], "end_logits": logits[1]},
-                                features, normalizers)  # fmt: skip
+    loss, _ = _task(False).loss(
+        {"start_logits": logits[0], "end_logits": logits[1]}, features, normalizers
+    )
     per_row = -(log_softmax(logits[0])[rows, starts] + log_softmax(logits[1])[rows, ends]) / 2
     assert abs(float(loss) - per_row[:2].sum() / 2) < 1e-5
     cls = rng.normal(size=batch).astype("float32")
-    outputs = {"start_log_probs": log_softmax(logits[0]), "end_log_probs": log_softmax(logits[1]),
-               "cls_logits": cls}  # fmt: skip
+    outputs = {
+        "start_log_probs": log_softmax(logits[0]),
+        "end_log_probs": log_softmax(logits[1]),
+        "cls_logits": cls,
+    }
     loss, _ = _task(True).loss(outputs, features, normalizers)
     labels = features["is_impossible"]
     sigmoid_ce = np.maximum(cls, 0) - cls * labels + np.log1p(np.exp(-np.abs(cls)))

@@ -10,28 +10,26 @@ import json
 import numpy as np
 
 from albert.data import records
+from tests.helpers import tiny_config
 
 VOCAB_SIZE = 99
 MAX_SEQ_LENGTH = 32
 MAX_PREDICTIONS = 5
 CLS, SEP, MASK = 2, 3, 4
 
-TINY_CONFIG = {
-    "vocab_size": VOCAB_SIZE,
-    "embedding_size": 16,
-    "hidden_size": 24,
-    "num_hidden_layers": 2,
-    "num_hidden_groups": 1,
-    "num_attention_heads": 2,
-    "intermediate_size": 40,
-    "inner_group_num": 1,
-    "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.0,
-    "attention_probs_dropout_prob": 0.0,
-    "max_position_embeddings": 64,
-    "type_vocab_size": 2,
-    "initializer_range": 0.02,
-}
+# Small enough to learn these records in a few hundred steps; every key, as a config file holds.
+TINY_CONFIG = tiny_config(
+    vocab_size=VOCAB_SIZE,
+    embedding_size=16,
+    hidden_size=24,
+    num_hidden_layers=2,
+    num_hidden_groups=1,
+    num_attention_heads=2,
+    intermediate_size=40,
+    inner_group_num=1,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+).to_dict()
 
 
 def write_config(path, **changes):
@@ -58,8 +56,9 @@ def _instance(rng, max_seq_length, max_predictions):
     return tokens, segments, positions, ids, label
 
 
-def write_records(path, num_examples, seed=0, max_seq_length=MAX_SEQ_LENGTH,
-                  max_predictions=MAX_PREDICTIONS):  # fmt: skip
+def write_records(
+    path, num_examples, seed=0, max_seq_length=MAX_SEQ_LENGTH, max_predictions=MAX_PREDICTIONS
+):
     """Writes `num_examples` synthetic records to the TFRecord file `path`."""
     import tensorflow as tf
 
@@ -79,6 +78,6 @@ def write_records(path, num_examples, seed=0, max_seq_length=MAX_SEQ_LENGTH,
                     label,
                     max_seq_length,
                     max_predictions,
-                )  # fmt: skip
+                )
             )
     return str(path)

@@ -5,15 +5,22 @@ import pytest
 import tensorflow as tf
 
 from albert.checkpoints import CheckpointError, training_format
-from albert.config import AlbertConfig
 from albert.modeling import AlbertPretrainer
 from albert.training import checkpointing
+from tests.helpers import tiny_config
 
 
 def _config(**changes):
-    values = dict(vocab_size=99, embedding_size=16, hidden_size=24, num_hidden_layers=4,
-                  num_hidden_groups=2, num_attention_heads=2, intermediate_size=40)  # fmt: skip
-    return AlbertConfig(**{**values, **changes})
+    values = dict(
+        embedding_size=16,
+        hidden_size=24,
+        num_attention_heads=2,
+        intermediate_size=40,
+        inner_group_num=1,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+    )
+    return tiny_config(**{**values, **changes})
 
 
 def test_every_weight_is_saved_under_its_path(tmp_path):

@@ -56,9 +56,11 @@ def test_explicit_flags_win_and_the_other_half_follows_them():
     # bfloat16 on a CPU without bf16 units: nothing runs it natively, XLA stays the default.
     assert choose(zen3, "bfloat16").jit_compile
     assert choose(zen3, jit_compile=False) == hardware.Choice(
-        "none", False, "auto precision: CPU without bfloat16 matrix units "
+        "none",
+        False,
+        "auto precision: CPU without bfloat16 matrix units "
         "(no avx512_bf16/amx_bf16); --jit_compile given",
-    )  # fmt: skip
+    )
     assert choose(DeviceDescription("tpu"), "none").precision == "none"
 
 
@@ -95,9 +97,14 @@ def _parsed(*args):
 
 @pytest.mark.parametrize(
     "args, jit_compile",
-    [((), None), (("--jit_compile=auto",), None), (("--jit_compile",), True),
-     (("--nojit_compile",), False), (("--jit_compile=false",), False)],
-)  # fmt: skip
+    [
+        ((), None),
+        (("--jit_compile=auto",), None),
+        (("--jit_compile",), True),
+        (("--nojit_compile",), False),
+        (("--jit_compile=false",), False),
+    ],
+)
 def test_jit_compile_flag_takes_auto_and_booleans(args, jit_compile):
     flag_values = _parsed(*args)
     assert flag_values.jit_compile is jit_compile
@@ -113,15 +120,23 @@ def test_run_options_take_the_auto_xla_choice(monkeypatch):
     assert options.jit_compile
 
 
+@pytest.mark.slow
 def test_run_pretraining_without_precision_flags_logs_its_choice(tmp_path):
     train = synthetic.write_records(tmp_path / "train.tfrecord", 8, seed=1)
     config = synthetic.write_config(tmp_path / "config.json")
     command = [
-        sys.executable, str(REPO / "run_pretraining.py"), "--do_train",
-        f"--albert_config_file={config}", f"--input_file={train}", f"--output_dir={tmp_path}/out",
-        "--train_batch_size=4", "--max_seq_length=32", "--max_predictions_per_seq=5",
-        "--num_train_steps=1", "--num_warmup_steps=0",
-    ]  # fmt: skip
+        sys.executable,
+        str(REPO / "run_pretraining.py"),
+        "--do_train",
+        f"--albert_config_file={config}",
+        f"--input_file={train}",
+        f"--output_dir={tmp_path}/out",
+        "--train_batch_size=4",
+        "--max_seq_length=32",
+        "--max_predictions_per_seq=5",
+        "--num_train_steps=1",
+        "--num_warmup_steps=0",
+    ]
     # A Zen 5's flags, on whatever CPU runs the test.
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
     env[hardware.CPU_FLAGS_VARIABLE] = "avx2 avx512_bf16"

@@ -15,10 +15,16 @@ import tensorflow as tf
 
 from albert.config import AlbertConfig
 from albert.data import records
+from albert.data.create_pretraining_data import PretrainingDataConfig, create_pretraining_data
+from albert.data.pretraining import InstanceOptions
+from albert.data.vocab import train_vocab
 from albert.quickstart import TINY_CONFIG, Recipe, build_corpus
 from albert.tasks.pretraining import PretrainingTask
 from albert.training import loop
 from albert.training.optimization import create_optimizer
+
+# Slow tier: trains the quickstart's model for 600 steps (~1 min).
+pytestmark = pytest.mark.slow
 
 RECIPE = Recipe()  # the quickstart's settings
 SEQ, PREDICTIONS = RECIPE.max_seq_length, RECIPE.max_predictions_per_seq
@@ -26,27 +32,25 @@ SEQ, PREDICTIONS = RECIPE.max_seq_length, RECIPE.max_predictions_per_seq
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    try:
-        from albert.data.create_pretraining_data import (
-            PretrainingDataConfig,
-            create_pretraining_data,
-        )
-        from albert.data.pretraining import InstanceOptions
-        from albert.data.vocab import train_vocab
-    except ImportError as e:  # the data tools are another part of the project
-        pytest.skip(f"pretraining data tools unavailable: {e}")
     directory = str(tmp_path_factory.mktemp("learning"))
     train_text, eval_text = build_corpus(directory, held_out_every=8)
     spm_model = train_vocab([train_text], os.path.join(directory, "spm"), RECIPE.vocab_size)
     paths = {}
     for name, text in (("train", train_text), ("eval", eval_text)):
         paths[name] = os.path.join(directory, f"{name}.tfrecord")
-        options = InstanceOptions(max_seq_length=SEQ, max_predictions_per_seq=PREDICTIONS,
-                                  dupe_factor=RECIPE.dupe_factor)  # fmt: skip
-        create_pretraining_data(PretrainingDataConfig(
-            input_file=text, output_file=paths[name], spm_model_file=spm_model,
-            num_workers=1, instance=options, progress_seconds=1e9,
-        ))  # fmt: skip
+        options = InstanceOptions(
+            max_seq_length=SEQ, max_predictions_per_seq=PREDICTIONS, dupe_factor=RECIPE.dupe_factor
+        )
+        create_pretraining_data(
+            PretrainingDataConfig(
+                input_file=text,
+                output_file=paths[name],
+                spm_model_file=spm_model,
+                num_workers=1,
+                instance=options,
+                progress_seconds=1e9,
+            )
+        )
     return directory, paths
 
 
@@ -59,19 +63,37 @@ def _majority_rate(path):
 
 def _evaluate_or_train(directory, paths, output, do_train):
     batch, steps = RECIPE.train_batch_size, RECIPE.num_train_steps
-    task = PretrainingTask(AlbertConfig.from_dict(TINY_CONFIG), paths["train"], batch, 256, SEQ,
-                           PREDICTIONS, eval_input_file=paths["eval"])  # fmt: skip
+    task = PretrainingTask(
+        AlbertConfig.from_dict(TINY_CONFIG),
+        paths["train"],
+        batch,
+        256,
+        SEQ,
+        PREDICTIONS,
+        eval_input_file=paths["eval"],
+    )
     options = loop.RunOptions(
-        output_dir=os.path.join(directory, output), num_train_steps=steps,
-        train_batch_size=batch, eval_batch_size=256, do_train=do_train, do_eval=True,
-        max_eval_steps=40, save_checkpoints_steps=steps, iterations_per_loop=100,
-    )  # fmt: skip
+        output_dir=os.path.join(directory, output),
+        num_train_steps=steps,
+        train_batch_size=batch,
+        eval_batch_size=256,
+        do_train=do_train,
+        do_eval=True,
+        max_eval_steps=40,
+        save_checkpoints_steps=steps,
+        iterations_per_loop=100,
+    )
 
     def optimizer_fn(global_step):
         return create_optimizer(
-            RECIPE.optimizer, RECIPE.learning_rate, steps, num_warmup_steps=RECIPE.num_warmup_steps,
-            poly_power=RECIPE.poly_power, global_step=global_step, aggregate_gradients=False,
-        )  # fmt: skip
+            RECIPE.optimizer,
+            RECIPE.learning_rate,
+            steps,
+            num_warmup_steps=RECIPE.num_warmup_steps,
+            poly_power=RECIPE.poly_power,
+            global_step=global_step,
+            aggregate_gradients=False,
+        )
 
     return loop.run(task, tf.distribute.get_strategy(), options, optimizer_fn)
 
@@ -81,8 +103,10 @@ def test_mlm_loss_falls_and_sop_beats_chance_on_held_out_text(data):
     majority, count = _majority_rate(paths["eval"])
     untrained = _evaluate_or_train(directory, paths, "untrained", do_train=False)
     trained = _evaluate_or_train(directory, paths, "trained", do_train=True)
-    print(f"held-out ({count} examples, majority label {majority:.3f}): untrained {untrained}; "
-          f"trained {trained}")  # fmt: skip
+    print(
+        f"held-out ({count} examples, majority label {majority:.3f}): untrained {untrained}; "
+        f"trained {trained}"
+    )
     assert untrained["masked_lm_loss"] > 7.5  # about ln(3000) = 8.0
     assert trained["masked_lm_loss"] < untrained["masked_lm_loss"] - 1.5
     assert trained["masked_lm_accuracy"] > 0.04

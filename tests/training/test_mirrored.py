@@ -11,6 +11,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+# Slow tier: trains under a two-device strategy in a subprocess (~40 s).
+pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -47,14 +51,28 @@ def _run_all(tmp_path):
         )
         out = tmp_path / name
         options = loop.RunOptions(
-            output_dir=str(out), num_train_steps=4, train_batch_size=6, eval_batch_size=6,
-            do_train=True, do_eval=True, max_eval_steps=3, save_checkpoints_steps=4,
-            iterations_per_loop=2, checkpoint_input=checkpoint_input, seed=7,
-        )  # fmt: skip
+            output_dir=str(out),
+            num_train_steps=4,
+            train_batch_size=6,
+            eval_batch_size=6,
+            do_train=True,
+            do_eval=True,
+            max_eval_steps=3,
+            save_checkpoints_steps=4,
+            iterations_per_loop=2,
+            checkpoint_input=checkpoint_input,
+            seed=7,
+        )
 
         def optimizer_fn(global_step):
-            return create_optimizer("lamb", 0.05, 4, num_warmup_steps=1, global_step=global_step,
-                                    aggregate_gradients=False)  # fmt: skip
+            return create_optimizer(
+                "lamb",
+                0.05,
+                4,
+                num_warmup_steps=1,
+                global_step=global_step,
+                aggregate_gradients=False,
+            )
 
         metrics = loop.run(task, strategy, options, optimizer_fn)
         reader = tf.train.load_checkpoint(str(out / "model.ckpt-4"))

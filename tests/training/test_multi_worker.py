@@ -7,10 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import synthetic_pretraining as synthetic
 import tensorflow as tf
 
 from tests.helpers import free_ports
+
+# Slow tier: two worker processes train together (~25 s).
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,20 +25,39 @@ def test_two_workers_complete_a_run(tmp_path):
     output_dir = tmp_path / "out"
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
     command = [
-        sys.executable, str(REPO / "run_pretraining.py"), "--strategy=multi_worker",
-        f"--albert_config_file={config}", f"--input_file={data}", f"--output_dir={output_dir}",
-        "--do_train", "--do_eval", "--train_batch_size=8", "--eval_batch_size=8",
-        "--max_seq_length=32", "--max_predictions_per_seq=5", "--num_train_steps=6",
-        "--num_warmup_steps=2", "--learning_rate=0.01", "--save_checkpoints_steps=3",
-        "--iterations_per_loop=3", "--max_eval_steps=2",
-    ]  # fmt: skip
+        sys.executable,
+        str(REPO / "run_pretraining.py"),
+        "--strategy=multi_worker",
+        f"--albert_config_file={config}",
+        f"--input_file={data}",
+        f"--output_dir={output_dir}",
+        "--do_train",
+        "--do_eval",
+        "--train_batch_size=8",
+        "--eval_batch_size=8",
+        "--max_seq_length=32",
+        "--max_predictions_per_seq=5",
+        "--num_train_steps=6",
+        "--num_warmup_steps=2",
+        "--learning_rate=0.01",
+        "--save_checkpoints_steps=3",
+        "--iterations_per_loop=3",
+        "--max_eval_steps=2",
+    ]
     workers = []
     for index in range(2):
         tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
-        env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), TF_CPP_MIN_LOG_LEVEL="3",
-                   PYTHONPATH=str(REPO))  # fmt: skip
-        workers.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, text=True))  # fmt: skip
+        env = dict(
+            os.environ,
+            TF_CONFIG=json.dumps(tf_config),
+            TF_CPP_MIN_LOG_LEVEL="3",
+            PYTHONPATH=str(REPO),
+        )
+        workers.append(
+            subprocess.Popen(
+                command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            )
+        )
     try:
         logs = [worker.communicate(timeout=240)[1] for worker in workers]
     finally:

@@ -4,7 +4,6 @@ import keras
 import numpy as np
 import pytest
 
-from albert.config import AlbertConfig
 from albert.modeling import AlbertPretrainer
 from albert.training.optimization import (
     AdamWeightDecay,
@@ -13,6 +12,7 @@ from albert.training.optimization import (
     WarmupPolynomialDecay,
     create_optimizer,
 )
+from tests.helpers import original_optimizer_update, tiny_config
 
 
 class _Block(keras.layers.Layer):
@@ -29,20 +29,6 @@ class _Block(keras.layers.Layer):
         # Starts at zero, so ||w|| = 0 and the trust ratio must fall back to 1.
         self.zero_kernel = self.add_weight(shape=(2, 3), initializer="zeros", name="zero_kernel")
         self.built = True
-
-
-def _numpy_update(w, g, m, v, lr, decay, adapt, wd=0.01, b1=0.9, b2=0.999, eps=1e-6):
-    """The original optimization.py, line by line."""
-    m = b1 * m + (1.0 - b1) * g
-    v = b2 * v + (1.0 - b2) * g * g
-    update = m / (np.sqrt(v) + eps)
-    if decay:
-        update = update + wd * w
-    ratio = 1.0
-    if adapt:
-        w_norm, u_norm = np.linalg.norm(w), np.linalg.norm(update)
-        ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
-    return w - ratio * lr * update, m, v
 
 
 @pytest.mark.parametrize("optimizer_class", [AdamWeightDecay, Lamb])
@@ -72,7 +58,7 @@ def test_update_matches_numpy_transcription(optimizer_class):
         optimizer.apply(grads, variables)
         adapt = optimizer_class is Lamb
         state = [
-            _numpy_update(w, g, m, v, lr, decay=not ex, adapt=adapt and not ex)
+            original_optimizer_update(w, g, m, v, lr, decay=not ex, adapt=adapt and not ex)
             for (w, m, v), g, ex in zip(state, grads, excluded, strict=True)
         ]
         for variable, (expected, _, _) in zip(variables, state, strict=True):
@@ -102,8 +88,17 @@ def test_lamb_and_adamw_differ_and_exclusions_matter():
 
 
 def test_exclusions_on_the_albert_variables():
-    config = AlbertConfig(vocab_size=99, embedding_size=16, hidden_size=24, num_hidden_layers=2,
-                          num_attention_heads=2, intermediate_size=40)  # fmt: skip
+    config = tiny_config(
+        embedding_size=16,
+        hidden_size=24,
+        num_hidden_layers=2,
+        num_hidden_groups=1,
+        inner_group_num=1,
+        num_attention_heads=2,
+        intermediate_size=40,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+    )
     model = AlbertPretrainer(config)
     optimizer = Lamb(learning_rate=0.1)
     optimizer.build(model.trainable_variables)
@@ -118,14 +113,21 @@ def test_exclusions_on_the_albert_variables():
         if use
     }
     assert decayed == adapted
-    for path in ("embeddings/word_embeddings", "pooler/kernel",
-                 "encoder/group_0_inner_group_0_attention/query/kernel",
-                 "sentence_order_head/output_weights", "masked_lm_head/transform_dense/kernel"):  # fmt: skip
+    for path in (
+        "embeddings/word_embeddings",
+        "pooler/kernel",
+        "encoder/group_0_inner_group_0_attention/query/kernel",
+        "sentence_order_head/output_weights",
+        "masked_lm_head/transform_dense/kernel",
+    ):
         assert path in decayed
-    for path in ("embeddings/LayerNorm/gamma", "masked_lm_head/output_bias",
-                 "encoder/group_0_inner_group_0_attention/query/bias",
-                 "encoder/group_0_inner_group_0_ffn/LayerNorm_1/beta",
-                 "masked_lm_head/transform_LayerNorm/gamma"):  # fmt: skip
+    for path in (
+        "embeddings/LayerNorm/gamma",
+        "masked_lm_head/output_bias",
+        "encoder/group_0_inner_group_0_attention/query/bias",
+        "encoder/group_0_inner_group_0_ffn/LayerNorm_1/beta",
+        "masked_lm_head/transform_LayerNorm/gamma",
+    ):
         assert path not in decayed
     # Every variable is either a kernel-like weight or an excluded one.
     assert len(decayed) == sum(
@@ -134,7 +136,8 @@ def test_exclusions_on_the_albert_variables():
 
 
 def _reference_schedule(step, init, total, warmup, start, power):
-    """The reference formula (ALBERT_REFERENCE.md section 6)."""
+    """The original's learning rate: optimization.py, create_optimizer (polynomial decay to 0,
+    linear warmup counted from start_warmup_step)."""
     decayed = init * (1.0 - min(step, total) / total) ** power
     if warmup and step - start < warmup:
         return init * (step - start) / warmup
@@ -154,14 +157,20 @@ def test_schedule_matches_formula(warmup, start, power):
 def test_schedule_known_values():
     schedule = WarmupPolynomialDecay(1e-3, 100, warmup_steps=10)
     assert [round(float(schedule(s)), 9) for s in (0, 5, 10, 50, 100, 150)] == [
-        0.0, 5e-4, 9e-4, 5e-4, 0.0, 0.0,
-    ]  # fmt: skip
+        0.0,
+        5e-4,
+        9e-4,
+        5e-4,
+        0.0,
+        0.0,
+    ]
 
 
 def test_create_optimizer_follows_the_global_step():
     step = keras.Variable(0, dtype="int64", trainable=False)
-    optimizer, schedule = create_optimizer("adamw", 1e-3, 100, num_warmup_steps=10,
-                                           global_step=step)  # fmt: skip
+    optimizer, schedule = create_optimizer(
+        "adamw", 1e-3, 100, num_warmup_steps=10, global_step=step
+    )
     assert isinstance(optimizer, AdamWeightDecay) and not isinstance(optimizer, Lamb)
     step.assign(50)
     assert abs(float(optimizer.learning_rate) - 5e-4) < 1e-9

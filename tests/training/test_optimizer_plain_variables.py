@@ -10,20 +10,12 @@ import pytest
 import tensorflow as tf
 
 from albert.training.optimization import AdamWeightDecay, Lamb
+from tests.helpers import original_optimizer_update
 
 
-def _expected(w, g, lr, decay, adapt, wd=0.01, b1=0.9, b2=0.999, eps=1e-6):
-    """One step of the original's update from zero slots (no bias correction)."""
-    m = (1.0 - b1) * g
-    v = (1.0 - b2) * g * g
-    update = m / (np.sqrt(v) + eps)
-    if decay:
-        update = update + wd * w
-    ratio = 1.0
-    if adapt:
-        w_norm, u_norm = np.linalg.norm(w), np.linalg.norm(update)
-        ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
-    return w - lr * ratio * update
+def _expected(w, g, lr, decay, adapt):
+    """One step of the original's update from zero slots."""
+    return original_optimizer_update(w, g, 0.0, 0.0, lr, decay, adapt)[0]
 
 
 @pytest.mark.parametrize("optimizer_class, adapt", [(AdamWeightDecay, False), (Lamb, True)])

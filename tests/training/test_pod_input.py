@@ -19,7 +19,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import free_ports
+
+# Slow tier: multi-host servers and subprocess runs (~15 s).
+pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -28,11 +33,19 @@ SEQ, PREDICTIONS = 9, 2
 
 
 def _run(mode, tmp_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-               PYTHONPATH=os.pathsep.join([str(REPO), str(HERE), str(REPO / "tests" / "tasks")]))  # fmt: skip
+    env = dict(
+        os.environ,
+        TF_CPP_MIN_LOG_LEVEL="3",
+        PYTHONPATH=os.pathsep.join([str(REPO), str(HERE), str(REPO / "tests" / "tasks")]),
+    )
     output = tmp_path / f"{mode}.json"
-    process = subprocess.run([sys.executable, __file__, mode, str(tmp_path), str(output)],
-                             env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    process = subprocess.run(
+        [sys.executable, __file__, mode, str(tmp_path), str(output)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert process.returncode == 0, process.stderr[-4000:]
     return json.loads(output.read_text())
 
@@ -53,9 +66,10 @@ def _on_host(host, dataset_fn, batches=None):
     import tensorflow as tf
 
     context = tf.distribute.InputContext(
-        num_input_pipelines=HOSTS, input_pipeline_id=host,
+        num_input_pipelines=HOSTS,
+        input_pipeline_id=host,
         num_replicas_in_sync=HOSTS * REPLICAS_PER_HOST,
-    )  # fmt: skip
+    )
     with tf.device(f"/job:worker/replica:0/task:{host}/device:CPU:0"):
         dataset = dataset_fn(context)
         static = {k: spec.shape.as_list() for k, spec in dataset.element_spec.items()}
@@ -130,7 +144,7 @@ def _finetuning_reports(tmp_path):
         # Features from the cache: RACE's [C, T] inputs are read back in that shape.
         "race": race.RaceTask(
             race_dir, tokenizer, config, 24, 8, 8, 8, 8, cached_dir=str(tmp_path / "cache")
-        ),  # fmt: skip
+        ),
         "squad": squad.SquadTask(
             squad_train,
             squad_dev,
@@ -144,10 +158,13 @@ def _finetuning_reports(tmp_path):
             eval_batch_size=8,
             predict_batch_size=8,
             cached_dir=str(tmp_path / "cache"),
-        ),  # fmt: skip
+        ),
     }
-    keys = {"glue": ("input_ids", "label_ids"), "race": ("input_ids", "label_ids"),
-            "squad": ("input_ids", "unique_ids")}  # fmt: skip
+    keys = {
+        "glue": ("input_ids", "label_ids"),
+        "race": ("input_ids", "label_ids"),
+        "squad": ("input_ids", "unique_ids"),
+    }
     reports = {}
     for name, task in tasks.items():
         engine.use_output_dir(task, str(tmp_path / f"out_{name}"))
@@ -175,9 +192,18 @@ def _pretraining_reports(tmp_path):
         with tf.io.TFRecordWriter(files[-1]) as writer:
             for _ in range(size):
                 number += 1
-                writer.write(records.serialize_instance(
-                    [2, 5 + number, 3], [0, 0, 0], [1, 1, 1], [1], [5 + number], f, SEQ,
-                    PREDICTIONS))  # fmt: skip
+                writer.write(
+                    records.serialize_instance(
+                        [2, 5 + number, 3],
+                        [0, 0, 0],
+                        [1, 1, 1],
+                        [1],
+                        [5 + number],
+                        f,
+                        SEQ,
+                        PREDICTIONS,
+                    )
+                )
     import synthetic_pretraining as synthetic
 
     config = AlbertConfig.from_dict(synthetic.TINY_CONFIG)
@@ -211,8 +237,7 @@ def _hosts_main(tmp_path, output):
 
     ports = free_ports(HOSTS)
     cluster = tf.train.ClusterSpec({"worker": [f"localhost:{p}" for p in ports]})
-    servers = [tf.distribute.Server(cluster, job_name="worker", task_index=i)
-               for i in range(HOSTS)]  # fmt: skip
+    servers = [tf.distribute.Server(cluster, job_name="worker", task_index=i) for i in range(HOSTS)]
     tf.config.experimental_connect_to_cluster(cluster)
     reports = {**_pretraining_reports(tmp_path), **_finetuning_reports(tmp_path)}
     Path(output).write_text(json.dumps(reports))
@@ -242,8 +267,9 @@ def _mirrored_main(tmp_path, output):
         ("one_device", tf.distribute.get_strategy(), 10, 1),
     ):
         keras.utils.set_random_seed(4)
-        task = PretrainingTask(config, data, batch, batch, synthetic.MAX_SEQ_LENGTH,
-                               synthetic.MAX_PREDICTIONS)  # fmt: skip
+        task = PretrainingTask(
+            config, data, batch, batch, synthetic.MAX_SEQ_LENGTH, synthetic.MAX_PREDICTIONS
+        )
         with strategy.scope():
             model = task.create_model()
             global_step = tf.Variable(0, dtype=tf.int64)
@@ -256,9 +282,12 @@ def _mirrored_main(tmp_path, output):
             local = strategy.experimental_local_results(values["input_ids"])
             shapes.append([list(t.shape) for t in local])
         sums = trainer.evaluate(iter(dataset), steps)
-        report[name] = {"shapes": shapes, "steps": sums["steps"],
-                        "metrics": pretraining_metrics(sums),
-                        "examples": sums["sentence_order_examples"]}  # fmt: skip
+        report[name] = {
+            "shapes": shapes,
+            "steps": sums["steps"],
+            "metrics": pretraining_metrics(sums),
+            "examples": sums["sentence_order_examples"],
+        }
     Path(output).write_text(json.dumps(report))
 
 

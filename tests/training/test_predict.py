@@ -79,11 +79,20 @@ def test_every_example_once_in_order_on_one_device():
     _check(predict_numbers(tf.distribute.get_strategy()), [0])
 
 
+@pytest.mark.slow
 def test_every_example_once_in_order_on_two_replicas():
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-               PYTHONPATH=os.pathsep.join([str(HERE.parents[1]), str(HERE)]))  # fmt: skip
-    result = subprocess.run([sys.executable, "-c", _MIRRORED_SCRIPT], capture_output=True,
-                            text=True, timeout=120, env=env)  # fmt: skip
+    env = dict(
+        os.environ,
+        TF_CPP_MIN_LOG_LEVEL="3",
+        PYTHONPATH=os.pathsep.join([str(HERE.parents[1]), str(HERE)]),
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", _MIRRORED_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     one_per_call, two_per_call = json.loads(result.stdout.strip().splitlines()[-1])
     _check(one_per_call, [0, 1])

@@ -85,7 +85,14 @@ def test_replica_shares_sum_to_the_global_loss():
 
 def test_metrics_of_an_empty_batch_are_zero_not_nan():
     sums = dict.fromkeys(
-        ["masked_lm_loss_sum", "masked_lm_correct", "masked_lm_weight",
-         "sentence_order_loss_sum", "sentence_order_correct", "sentence_order_examples"], 0.0
-    )  # fmt: skip
+        [
+            "masked_lm_loss_sum",
+            "masked_lm_correct",
+            "masked_lm_weight",
+            "sentence_order_loss_sum",
+            "sentence_order_correct",
+            "sentence_order_examples",
+        ],
+        0.0,
+    )
     assert set(pretraining_metrics(sums).values()) == {0.0}

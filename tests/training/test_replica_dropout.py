@@ -11,6 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# Slow tier: trains two replicas in a subprocess (~8 s).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 UNITS = 20  # mask bits per replica, packed into one float32 (exact below 2**24)
 
@@ -55,8 +60,12 @@ def _run(output):
     task = MaskTask()
     with strategy.scope():
         model = task.create_model()
-        global_step = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)  # fmt: skip
+        global_step = tf.Variable(
+            0,
+            dtype=tf.int64,
+            trainable=False,
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+        )
         optimizer = keras.optimizers.SGD(0.0)
         optimizer.build(model.trainable_variables)
     trainer = Trainer(strategy, task, model, optimizer, global_step, clip_norm=None)
@@ -75,8 +84,13 @@ def _run(output):
 def test_replicas_draw_different_dropout_masks(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
     output = tmp_path / "masks.json"
-    process = subprocess.run([sys.executable, __file__, str(output)], env=env,
-                             capture_output=True, text=True, timeout=240)  # fmt: skip
+    process = subprocess.run(
+        [sys.executable, __file__, str(output)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert process.returncode == 0, process.stderr[-3000:]
     result = json.loads(output.read_text())
     for code_0, code_1 in result["codes"]:

@@ -15,12 +15,20 @@ from absl import flags
 from albert.tasks import pretraining
 from albert.training import flags as flags_lib
 from albert.training.checkpointing import read_key_values
+from tests.helpers import scalar_tags
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_SCALARS = {
-    "masked_lm_loss", "masked_lm_accuracy", "sentence_order_loss", "sentence_order_accuracy",
-    "learning_rate", "gradient_norm", "examples_per_second", "tokens_per_second", "loss",
-}  # fmt: skip
+    "masked_lm_loss",
+    "masked_lm_accuracy",
+    "sentence_order_loss",
+    "sentence_order_accuracy",
+    "learning_rate",
+    "gradient_norm",
+    "examples_per_second",
+    "tokens_per_second",
+    "loss",
+}
 
 
 @pytest.fixture(scope="module")
@@ -37,23 +45,27 @@ def _run(records, output_dir, *extra):
     """Parses flags into a private FlagValues (no clash with other scripts' flags) and runs."""
     flag_values = flags.FlagValues()
     flags_lib.define_pretraining_flags(flag_values)
-    flag_values([
-        "run_pretraining.py", f"--albert_config_file={records['config']}",
-        f"--input_file={records['train']}", f"--eval_input_file={records['eval']}",
-        f"--output_dir={output_dir}", "--train_batch_size=8", "--eval_batch_size=8",
-        "--max_seq_length=32", "--max_predictions_per_seq=5", "--num_train_steps=6",
-        "--num_warmup_steps=2", "--learning_rate=0.01", "--save_checkpoints_steps=3",
-        "--iterations_per_loop=2", "--max_eval_steps=3", *extra,
-    ])  # fmt: skip
+    flag_values(
+        [
+            "run_pretraining.py",
+            f"--albert_config_file={records['config']}",
+            f"--input_file={records['train']}",
+            f"--eval_input_file={records['eval']}",
+            f"--output_dir={output_dir}",
+            "--train_batch_size=8",
+            "--eval_batch_size=8",
+            "--max_seq_length=32",
+            "--max_predictions_per_seq=5",
+            "--num_train_steps=6",
+            "--num_warmup_steps=2",
+            "--learning_rate=0.01",
+            "--save_checkpoints_steps=3",
+            "--iterations_per_loop=2",
+            "--max_eval_steps=3",
+            *extra,
+        ]
+    )
     return pretraining.run_from_flags(flag_values)
-
-
-def _scalar_tags(directory):
-    tags = set()
-    for path in Path(directory).glob("events.out.tfevents.*"):
-        for event in tf.compat.v1.train.summary_iterator(str(path)):
-            tags.update(value.tag for value in event.summary.value)
-    return tags
 
 
 def _model_weights(path):
@@ -72,24 +84,32 @@ def trained(records, tmp_path_factory):
     return output_dir, metrics
 
 
+@pytest.mark.slow
 def test_outputs_of_a_train_and_eval_run(trained):
     output_dir, metrics = trained
     results = read_key_values(output_dir / "eval_results.txt")
     assert list(results) == [
-        "global_step", "loss", "masked_lm_accuracy", "masked_lm_loss",
-        "sentence_order_accuracy", "sentence_order_loss",
-    ]  # fmt: skip
+        "global_step",
+        "loss",
+        "masked_lm_accuracy",
+        "masked_lm_loss",
+        "sentence_order_accuracy",
+        "sentence_order_loss",
+    ]
     assert results["global_step"] == "6"
     assert abs(float(results["masked_lm_loss"]) - metrics["masked_lm_loss"]) < 1e-6
-    assert TRAIN_SCALARS <= _scalar_tags(output_dir)
-    assert {"masked_lm_accuracy", "sentence_order_accuracy"} <= _scalar_tags(output_dir / "eval")
+    assert TRAIN_SCALARS <= scalar_tags(output_dir)
+    assert {"masked_lm_accuracy", "sentence_order_accuracy"} <= scalar_tags(output_dir / "eval")
     assert sorted(p.name for p in output_dir.glob("model.ckpt-*.index")) == [
-        "model.ckpt-3.index", "model.ckpt-6.index", "model.ckpt-best.index",
-    ]  # fmt: skip
+        "model.ckpt-3.index",
+        "model.ckpt-6.index",
+        "model.ckpt-best.index",
+    ]
     best = read_key_values(output_dir / "best_checkpoint.txt")
     assert best["metric"] == "masked_lm_accuracy" and best["global_step"] in ("3", "6")
 
 
+@pytest.mark.slow
 def test_best_checkpoint_and_export_load_with_the_project_tools(trained, tmp_path):
     from albert import AlbertConfig, AlbertPretrainer, load_checkpoint
     from albert.convert_checkpoint import convert
@@ -111,6 +131,7 @@ def test_best_checkpoint_and_export_load_with_the_project_tools(trained, tmp_pat
     assert Path(written).exists()
 
 
+@pytest.mark.slow
 def test_load_checkpoint_reads_a_training_checkpoint_and_the_run_directory(trained):
     from albert import AlbertConfig, AlbertPretrainer, load_checkpoint
     from albert.checkpoints import CheckpointError
@@ -130,14 +151,24 @@ def test_load_checkpoint_reads_a_training_checkpoint_and_the_run_directory(train
         load_checkpoint(AlbertPretrainer(config.replace(num_hidden_groups=2)), prefix)
 
 
+@pytest.mark.slow
 def test_init_checkpoint_restarts_the_step_with_the_given_weights(records, trained, tmp_path):
     output_dir, _ = trained
-    for name, source in (("ours", output_dir / "model.ckpt-3"),
-                         ("tf1", output_dir / "model.ckpt-best")):  # fmt: skip
+    for name, source in (
+        ("ours", output_dir / "model.ckpt-3"),
+        ("tf1", output_dir / "model.ckpt-best"),
+    ):
         target = tmp_path / name
         # A zero learning rate leaves the weights as loaded, so they must equal the source's.
-        _run(records, target, "--do_train", f"--init_checkpoint={source}", "--learning_rate=0",
-             "--num_train_steps=2", "--save_checkpoints_steps=2")  # fmt: skip
+        _run(
+            records,
+            target,
+            "--do_train",
+            f"--init_checkpoint={source}",
+            "--learning_rate=0",
+            "--num_train_steps=2",
+            "--save_checkpoints_steps=2",
+        )
         assert tf.train.latest_checkpoint(str(target)).endswith("model.ckpt-2")
         got = _model_weights(target / "model.ckpt-2")
         if name == "ours":
@@ -151,6 +182,7 @@ def test_init_checkpoint_restarts_the_step_with_the_given_weights(records, train
             assert np.array_equal(got[word], reader.get_tensor("bert/embeddings/word_embeddings"))
 
 
+@pytest.mark.slow
 def test_rerun_of_a_finished_run_trains_no_more(records, trained):
     output_dir, _ = trained
     before = _model_weights(output_dir / "model.ckpt-6")
@@ -170,12 +202,18 @@ def test_flag_errors_name_the_flag(records, tmp_path):
         _run(records, tmp_path / "c", "--do_train", "--max_seq_length=100")
 
 
+@pytest.mark.slow
 def test_mismatched_records_give_one_line_and_no_traceback(records, tmp_path):
     command = [
-        sys.executable, str(REPO / "run_pretraining.py"), "--do_train",
-        f"--albert_config_file={records['config']}", f"--input_file={records['train']}",
-        f"--output_dir={tmp_path}", "--max_seq_length=64", "--max_predictions_per_seq=5",
-    ]  # fmt: skip
+        sys.executable,
+        str(REPO / "run_pretraining.py"),
+        "--do_train",
+        f"--albert_config_file={records['config']}",
+        f"--input_file={records['train']}",
+        f"--output_dir={tmp_path}",
+        "--max_seq_length=64",
+        "--max_predictions_per_seq=5",
+    ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
     process = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert process.returncode == 2
@@ -192,6 +230,7 @@ def float32_policy():
     keras.mixed_precision.set_dtype_policy("float32")
 
 
+@pytest.mark.slow
 def test_jit_compile_and_mixed_precision_train_the_same_model(records, tmp_path, float32_policy):
     """--jit_compile gives the float32 run's weights; float16 (with loss scaling) and
     bfloat16 runs make nearly the same, finite update."""
@@ -201,12 +240,21 @@ def test_jit_compile_and_mixed_precision_train_the_same_model(records, tmp_path,
 
     runs = {}
     # Explicit flags: the `auto` default depends on the machine (albert.training.hardware).
-    for name, extra in (("plain", ("--mixed_precision=none", "--nojit_compile")),
-                        ("jit", ("--mixed_precision=none", "--jit_compile")),
-                        ("float16", ("--mixed_precision=float16", "--nojit_compile")),
-                        ("bfloat16", ("--mixed_precision=bfloat16", "--nojit_compile"))):  # fmt: skip
-        _run(records, tmp_path / name, "--do_train", "--num_train_steps=2",
-             "--num_warmup_steps=0", "--learning_rate=0.1", *extra)  # fmt: skip
+    for name, extra in (
+        ("plain", ("--mixed_precision=none", "--nojit_compile")),
+        ("jit", ("--mixed_precision=none", "--jit_compile")),
+        ("float16", ("--mixed_precision=float16", "--nojit_compile")),
+        ("bfloat16", ("--mixed_precision=bfloat16", "--nojit_compile")),
+    ):
+        _run(
+            records,
+            tmp_path / name,
+            "--do_train",
+            "--num_train_steps=2",
+            "--num_warmup_steps=0",
+            "--learning_rate=0.1",
+            *extra,
+        )
         runs[name] = _model_weights(tmp_path / name / "model.ckpt-2")
     keras.mixed_precision.set_dtype_policy("float32")
     keras.utils.set_random_seed(12345)  # the run's --random_seed: its initial weights
@@ -226,12 +274,20 @@ def test_jit_compile_and_mixed_precision_train_the_same_model(records, tmp_path,
         assert cosine > least, (name, cosine)
 
 
+@pytest.mark.slow
 def test_init_from_group0_copies_group_0_into_every_group(records, trained, tmp_path):
     output_dir, _ = trained
     config = synthetic.write_config(tmp_path / "two_groups.json", num_hidden_groups=2)
-    _run(records, tmp_path / "out", "--do_train", f"--albert_config_file={config}",
-         f"--init_checkpoint={output_dir / 'model.ckpt-3'}", "--init_from_group0",
-         "--learning_rate=0", "--num_train_steps=1")  # fmt: skip
+    _run(
+        records,
+        tmp_path / "out",
+        "--do_train",
+        f"--albert_config_file={config}",
+        f"--init_checkpoint={output_dir / 'model.ckpt-3'}",
+        "--init_from_group0",
+        "--learning_rate=0",
+        "--num_train_steps=1",
+    )
     got = _model_weights(tmp_path / "out" / "model.ckpt-1")
     source = _model_weights(output_dir / "model.ckpt-3")
     suffix = "attention/query/kernel/.ATTRIBUTES/VARIABLE_VALUE"

@@ -17,8 +17,10 @@ def test_strategy_name_from_flags(monkeypatch):
     assert resolve(None, tpu_name="my-tpu") == "tpu"
     assert resolve(None, master="grpc://10.0.0.2:8470") == "tpu"
     assert resolve("mirrored") == "mirrored"
-    cluster = {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
-               "task": {"type": "worker", "index": 0}}  # fmt: skip
+    cluster = {
+        "cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+        "task": {"type": "worker", "index": 0},
+    }
     monkeypatch.setenv("TF_CONFIG", json.dumps(cluster))
     assert resolve(None) == "multi_worker"
 
@@ -64,12 +66,19 @@ def test_global_batch_must_split_evenly():
 # --- Pod slices: the README's command passes its start-up checks -------------------------
 
 README_POD_COMMAND = [
-    "run_pretraining.py", "--use_tpu", "--tpu_name=my-pod", "--tpu_zone=us-central2-b",
-    "--gcp_project=proj", "--albert_config_file=albert_base_v2",
-    "--input_file=gs://bucket/data/part-*", "--output_dir=gs://bucket/albert_base",
-    "--do_train", "--train_batch_size=4096", "--max_seq_length=512",
+    "run_pretraining.py",
+    "--use_tpu",
+    "--tpu_name=my-pod",
+    "--tpu_zone=us-central2-b",
+    "--gcp_project=proj",
+    "--albert_config_file=albert_base_v2",
+    "--input_file=gs://bucket/data/part-*",
+    "--output_dir=gs://bucket/albert_base",
+    "--do_train",
+    "--train_batch_size=4096",
+    "--max_seq_length=512",
     "--iterations_per_loop=1000",
-]  # fmt: skip
+]
 
 
 def _pod_options(*extra):
@@ -117,14 +126,20 @@ def test_fine_tuning_defaults_fit_a_pod_and_given_batches_are_checked():
         def write_predictions(self, predictions, output_dir): ...
 
     options = RunOptions(
-        output_dir="gs://b/out", num_train_steps=10, train_batch_size=1024, eval_batch_size=8,
-        do_eval=True, defaulted_batch_flags=("eval_batch_size", "predict_batch_size"),
-    )  # fmt: skip
+        output_dir="gs://b/out",
+        num_train_steps=10,
+        train_batch_size=1024,
+        eval_batch_size=8,
+        do_eval=True,
+        defaulted_batch_flags=("eval_batch_size", "predict_batch_size"),
+    )
     task = Task(None, 1024, 8, 8, 128)
     fitted = engine.fit_batch_sizes(task, 128, options, do_predict=True)
     assert fitted.eval_batch_size == 128 and task.batch_sizes == {
-        engine.TRAIN: 1024, engine.EVAL: 128, engine.PREDICT: 128
-    }  # fmt: skip
+        engine.TRAIN: 1024,
+        engine.EVAL: 128,
+        engine.PREDICT: 128,
+    }
     given = dataclasses.replace(options, defaulted_batch_flags=("eval_batch_size",))
     with pytest.raises(InputError, match=r"^--predict_batch_size=8 must be a positive multiple"):
         engine.fit_batch_sizes(Task(None, 1024, 8, 8, 128), 128, given, do_predict=True)
