@@ -115,9 +115,12 @@ def main(argv):
     del argv  # unused
     try:
         convert(
-            FLAGS.input, FLAGS.output, FLAGS.output_format, FLAGS.albert_config_file,
+            FLAGS.input,
+            FLAGS.output,
+            FLAGS.output_format,
+            FLAGS.albert_config_file,
             FLAGS.overwrite,
-        )  # fmt: skip
+        )
     except (CheckpointError, ConfigError) as e:
         print(f"convert_checkpoint: error: {e}", file=sys.stderr)
         return 1

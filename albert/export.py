@@ -77,8 +77,16 @@ class _ClassifierServing(tf.Module):
         return outputs
 
 
-def export_classifier(model, spm_model_file, do_lower_case, max_seq_length, labels, export_dir,
-                      sentence_pair=True, threshold=None):  # fmt: skip
+def export_classifier(
+    model,
+    spm_model_file,
+    do_lower_case,
+    max_seq_length,
+    labels,
+    export_dir,
+    sentence_pair=True,
+    threshold=None,
+):
     """Writes a SavedModel of a fine-tuned `AlbertClassifier` that takes raw strings.
 
     Args:

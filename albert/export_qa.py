@@ -53,8 +53,9 @@ class _QuestionAnsweringServing(tf.Module):
     its variables are tracked as a plain list.
     """
 
-    def __init__(self, model, tokenizer, detokenizer, max_seq_length, max_query_length,
-                 max_answer_length):  # fmt: skip
+    def __init__(
+        self, model, tokenizer, detokenizer, max_seq_length, max_query_length, max_answer_length
+    ):
         super().__init__(name="albert_question_answering_serving")
         self.tokenizer = tokenizer
         self.detokenizer = detokenizer
@@ -63,8 +64,10 @@ class _QuestionAnsweringServing(tf.Module):
         self._max_seq_length = max_seq_length
         self._max_query_length = max_query_length
         self._max_answer_length = max_answer_length
-        spec = [tf.TensorSpec([None], tf.string, name="question"),
-                tf.TensorSpec([None], tf.string, name="context")]  # fmt: skip
+        spec = [
+            tf.TensorSpec([None], tf.string, name="question"),
+            tf.TensorSpec([None], tf.string, name="context"),
+        ]
         self.serve = tf.function(self._serve, input_signature=spec)
 
     def _serve(self, question, context):
@@ -109,9 +112,15 @@ def best_span(start_logits, end_logits, is_context, max_answer_length):
     return start, end, score
 
 
-def export_question_answering(model, spm_model_file, do_lower_case, export_dir,
-                              max_seq_length=384, max_query_length=64,
-                              max_answer_length=30):  # fmt: skip
+def export_question_answering(
+    model,
+    spm_model_file,
+    do_lower_case,
+    export_dir,
+    max_seq_length=384,
+    max_query_length=64,
+    max_answer_length=30,
+):
     """Writes a SavedModel of a fine-tuned SQuAD 1.1 model that takes raw strings.
 
     Args:

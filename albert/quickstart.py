@@ -34,8 +34,17 @@ from absl import app, flags
 # The folder holding this `albert` package: a clone, or site-packages when installed.
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Stdlib folders whose docstrings are tests, demos or vendored code rather than prose.
-_SKIPPED_DIRS = {"test", "tests", "idlelib", "site-packages", "lib2to3", "turtledemo",
-                 "__pycache__", "ensurepip", "dist-packages"}  # fmt: skip
+_SKIPPED_DIRS = {
+    "test",
+    "tests",
+    "idlelib",
+    "site-packages",
+    "lib2to3",
+    "turtledemo",
+    "__pycache__",
+    "ensurepip",
+    "dist-packages",
+}
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\"'])")
 HELD_OUT_EVERY = 20
 
@@ -166,12 +175,19 @@ def create_records(output_dir, corpus_paths, spm_model, recipe):
     outputs = []
     for corpus_path, part in zip(corpus_paths, ("train", "eval"), strict=True):
         output = os.path.join(output_dir, f"{part}.tfrecord")
-        _run(_module_command("albert.create_pretraining_data",
-              f"--input_file={corpus_path}", f"--output_file={output}",
-              f"--spm_model_file={spm_model}", f"--max_seq_length={recipe.max_seq_length}",
-              f"--max_predictions_per_seq={recipe.max_predictions_per_seq}",
-              f"--dupe_factor={recipe.dupe_factor}"), f"Pretraining records ({part})",
-             output_dir)  # fmt: skip
+        _run(
+            _module_command(
+                "albert.create_pretraining_data",
+                f"--input_file={corpus_path}",
+                f"--output_file={output}",
+                f"--spm_model_file={spm_model}",
+                f"--max_seq_length={recipe.max_seq_length}",
+                f"--max_predictions_per_seq={recipe.max_predictions_per_seq}",
+                f"--dupe_factor={recipe.dupe_factor}",
+            ),
+            f"Pretraining records ({part})",
+            output_dir,
+        )
         outputs.append(output)
     return outputs
 
@@ -180,16 +196,25 @@ def pretraining_command(config, train, held_out, model_dir, recipe):
     steps = recipe.num_train_steps
     return _module_command(
         "albert.run_pretraining",
-        f"--albert_config_file={config}", f"--input_file={train}",
-        f"--eval_input_file={held_out}", f"--output_dir={model_dir}", "--do_train", "--do_eval",
-        f"--train_batch_size={recipe.train_batch_size}", "--eval_batch_size=256",
+        f"--albert_config_file={config}",
+        f"--input_file={train}",
+        f"--eval_input_file={held_out}",
+        f"--output_dir={model_dir}",
+        "--do_train",
+        "--do_eval",
+        f"--train_batch_size={recipe.train_batch_size}",
+        "--eval_batch_size=256",
         f"--max_seq_length={recipe.max_seq_length}",
         f"--max_predictions_per_seq={recipe.max_predictions_per_seq}",
-        f"--num_train_steps={steps}", f"--num_warmup_steps={recipe.num_warmup_steps}",
-        f"--learning_rate={recipe.learning_rate}", f"--optimizer={recipe.optimizer}",
-        f"--poly_power={recipe.poly_power}", f"--save_checkpoints_steps={max(1, steps // 3)}",
-        f"--iterations_per_loop={max(1, steps // 12)}", "--max_eval_steps=40",
-    )  # fmt: skip
+        f"--num_train_steps={steps}",
+        f"--num_warmup_steps={recipe.num_warmup_steps}",
+        f"--learning_rate={recipe.learning_rate}",
+        f"--optimizer={recipe.optimizer}",
+        f"--poly_power={recipe.poly_power}",
+        f"--save_checkpoints_steps={max(1, steps // 3)}",
+        f"--iterations_per_loop={max(1, steps // 12)}",
+        "--max_eval_steps=40",
+    )
 
 
 FLAGS = flags.FLAGS
@@ -214,9 +239,16 @@ def main(argv):
     corpus = build_corpus(out, max_chars=FLAGS.max_corpus_chars)
     prefix = os.path.join(out, "spm")
     try:
-        _run(_module_command("albert.data.vocab", f"--input_file={corpus[0]}",
-             f"--model_prefix={prefix}", f"--vocab_size={recipe.vocab_size}"), "Vocabulary",
-             out)  # fmt: skip
+        _run(
+            _module_command(
+                "albert.data.vocab",
+                f"--input_file={corpus[0]}",
+                f"--model_prefix={prefix}",
+                f"--vocab_size={recipe.vocab_size}",
+            ),
+            "Vocabulary",
+            out,
+        )
         train, held_out = create_records(out, corpus, prefix + ".model", recipe)
         config = os.path.join(out, "albert_config.json")
         with open(config, "w", encoding="utf-8") as f:

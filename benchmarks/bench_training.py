@@ -263,15 +263,27 @@ def model_flops(config, batch, seq, predictions):
 
 
 # Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) by the name nvidia-smi reports.
-GPU_BF16_PEAK_TFLOPS = (("H200", 989), ("H100", 989), ("A100", 312), ("L40S", 362), ("L4", 121),
-                        ("A10G", 70), ("A10", 125), ("B200", 2250))  # fmt: skip
+GPU_BF16_PEAK_TFLOPS = (
+    ("H200", 989),
+    ("H100", 989),
+    ("A100", 312),
+    ("L40S", 362),
+    ("L4", 121),
+    ("A10G", 70),
+    ("A10", 125),
+    ("B200", 2250),
+)
 
 
 def gpu_name():
     """The first GPU's name from nvidia-smi (without starting CUDA here), or None."""
     try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30)  # fmt: skip
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     names = done.stdout.strip().splitlines()
@@ -353,9 +365,13 @@ class Row:
         if which == "ours_jax":
             env["KERAS_BACKEND"] = "jax"
         self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
             env=env,
-        )  # fmt: skip
+        )
 
     def is_auto(self, args):
         return (
@@ -516,8 +532,10 @@ def compare(args, config_values):
         print(f"{row.name(args):36s} {row.precision:10s} {rate:7.2f} {memory}{mfu}{note}")
     print(f"\n* run_pretraining.py's default here ({args.auto_path[2]})")
     if gpu:
-        print(f"MFU: {flops / 1e12:.2f} TFLOP of model matmuls per step (whole model, "
-              "forward + backward) x steps/s / the bf16 peak. Peak RSS is host memory.")  # fmt: skip
+        print(
+            f"MFU: {flops / 1e12:.2f} TFLOP of model matmuls per step (whole model, "
+            "forward + backward) x steps/s / the bf16 peak. Peak RSS is host memory."
+        )
     print(ratio_lines(results, args))
 
 
@@ -548,8 +566,10 @@ def ratio_lines(results, args):
         return ""
     best_ours, best_peer = max(ours, key=ours.get), max(peers, key=peers.get)
     name = lambda row: f"{row.name(args).rstrip(' *')} {row.precision}"  # noqa: E731
-    lines = [f"best ours / best peer: {ours[best_ours] / peers[best_peer]:.2f}x "
-             f"({name(best_ours)} / {name(best_peer)})"]  # fmt: skip
+    lines = [
+        f"best ours / best peer: {ours[best_ours] / peers[best_peer]:.2f}x "
+        f"({name(best_ours)} / {name(best_peer)})"
+    ]
     default = next((row for row in ours if row.is_auto(args)), None)
     if default is not None:
         lines.append(f"default / best peer: {ours[default] / peers[best_peer]:.2f}x")
@@ -565,13 +585,17 @@ def cpu_model():
         return "unknown"
 
     def field(name, default):
-        return next((line.split(":", 1)[1].strip() for line in text.splitlines()
-                     if line.startswith(name)), default)  # fmt: skip
+        return next(
+            (line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith(name)),
+            default,
+        )
 
     family, number = field("cpu family", "?"), field("model\t", "?")
     model = f"{field('model name', 'unknown')} (family {family} model {number})"
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
-                  if line.startswith("flags")), [])  # fmt: skip
+    flags = next(
+        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")),
+        [],
+    )
     bf16 = sorted(set(flags) & {"avx512_bf16", "amx_bf16", "amx_tile"})
     return f"{model}; bf16 flags: {', '.join(bf16) or 'none'}"
 

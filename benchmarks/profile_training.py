@@ -62,23 +62,44 @@ KERNEL_KINDS = {
     "matrix products": ("MatMul", "BatchMatMulV2", "NativeFusedMatMul", "FusedMatMul"),
     "casts": ("Cast",),
     "copies (transpose, concat, split, slice, tile, gather)": (
-        "Transpose", "ConcatV2", "Split", "SplitV", "Slice", "StridedSlice", "StridedSliceGrad",
-        "Tile", "GatherV2", "UnsortedSegmentSum", "BroadcastTo", "Pack", "Reshape",
+        "Transpose",
+        "ConcatV2",
+        "Split",
+        "SplitV",
+        "Slice",
+        "StridedSlice",
+        "StridedSliceGrad",
+        "Tile",
+        "GatherV2",
+        "UnsortedSegmentSum",
+        "BroadcastTo",
+        "Pack",
+        "Reshape",
     ),
     "reductions (sums, means, norms, bias gradients)": (
-        "Sum", "Mean", "BiasAddGrad", "L2Loss", "AddN", "ArgMax", "Max", "Prod",
+        "Sum",
+        "Mean",
+        "BiasAddGrad",
+        "L2Loss",
+        "AddN",
+        "ArgMax",
+        "Max",
+        "Prod",
     ),
-}  # fmt: skip
+}
 # Name-scope fragments -> part of the step, first match wins.
 STEP_PARTS = (
-    ("optimizer update (LAMB) and clipping", ("lamb/", "adamw/", "clip_by_global_norm", "global_norm")),
+    (
+        "optimizer update (LAMB) and clipping",
+        ("lamb/", "adamw/", "clip_by_global_norm", "global_norm"),
+    ),
     ("GELU", ("/Gelu",)),
     ("LayerNorm", ("LayerNorm",)),
     ("MLM head and losses", ("masked_lm_head", "SparseSoftmaxCrossEntropy", "sentence_order")),
     ("embeddings (gathers, LayerNorm, E->H)", ("embeddings/",)),
     ("attention scores, softmax, context", ("BatchMatMul", "Softmax", "attention/add")),
     ("dense layers (matmul, bias)", ("MatMul", "BiasAdd", "Tensordot")),
-)  # fmt: skip
+)
 
 
 def kernel_kind(kernel):
@@ -170,10 +191,14 @@ def main():
 
     flops = training_flops(config, args.batch, args.seq, bench_training.PREDICTIONS)
     xla = "XLA" if args.jit else "no XLA"
-    print(f"{os.path.basename(args.config)}, batch {args.batch}, seq {args.seq}, "
-          f"{args.precision}, {xla}")  # fmt: skip
-    print(f"step {seconds:.2f} s under the profiler; matmul work {flops / 1e9:.0f} GFLOP/step: "
-          f"{flops / seconds / 1e9:.0f} GFLOP/s over the step")  # fmt: skip
+    print(
+        f"{os.path.basename(args.config)}, batch {args.batch}, seq {args.seq}, "
+        f"{args.precision}, {xla}"
+    )
+    print(
+        f"step {seconds:.2f} s under the profiler; matmul work {flops / 1e9:.0f} GFLOP/step: "
+        f"{flops / seconds / 1e9:.0f} GFLOP/s over the step"
+    )
     if args.jit:
         print_compiled(op_times(logdir), args, flops)
     else:
@@ -193,8 +218,10 @@ def print_compiled(totals, args, flops):
     for name, ms in totals.items():
         kinds[op_kind(name)] += ms
     dot_ms = kinds["matrix products (dot)"]
-    print(f"compiled ops busy {busy / 1000:.2f} s; {flops / dot_ms / 1e6:.0f} GFLOP/s inside "
-          "the matrix products")  # fmt: skip
+    print(
+        f"compiled ops busy {busy / 1000:.2f} s; {flops / dot_ms / 1e6:.0f} GFLOP/s inside "
+        "the matrix products"
+    )
     _print_shares("by kind", kinds, busy)
     _print_shares(f"top {args.top} ops", totals, busy, args.top)
 

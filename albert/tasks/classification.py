@@ -54,10 +54,20 @@ class GlueTask(engine.FineTuningTask):
     prediction_keys = ("logits",)
     kept_features = ("label_ids",)
 
-    def __init__(self, task_name, data_dir, tokenizer, config, max_seq_length,
-                 train_batch_size, eval_batch_size, predict_batch_size,
-                 classifier_dropout_prob=0.1, cached_dir=None,
-                 threshold_to_export=None):  # fmt: skip
+    def __init__(
+        self,
+        task_name,
+        data_dir,
+        tokenizer,
+        config,
+        max_seq_length,
+        train_batch_size,
+        eval_batch_size,
+        predict_batch_size,
+        classifier_dropout_prob=0.1,
+        cached_dir=None,
+        threshold_to_export=None,
+    ):
         super().__init__(
             config, train_batch_size, eval_batch_size, predict_batch_size, max_seq_length
         )

@@ -129,8 +129,9 @@ class FineTuningTask(TrainingTask):
     # `output_dir/features`; None (a task used outside `run`): a local temporary directory.
     feature_dir = None
 
-    def __init__(self, config, train_batch_size, eval_batch_size, predict_batch_size,
-                 max_seq_length):  # fmt: skip
+    def __init__(
+        self, config, train_batch_size, eval_batch_size, predict_batch_size, max_seq_length
+    ):
         self.config = config
         self.batch_sizes = {
             TRAIN: train_batch_size,
@@ -222,10 +223,11 @@ class FineTuningTask(TrainingTask):
 
         def reshape(features):
             return {
-                name: value if value.shape == spec[name].shape
+                name: value
+                if value.shape == spec[name].shape
                 else tf.reshape(value, spec[name].shape)
                 for name, value in features.items()
-            }  # fmt: skip
+            }
 
         return dataset.map(reshape, num_parallel_calls=tf.data.AUTOTUNE)
 

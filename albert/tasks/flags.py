@@ -57,27 +57,51 @@ def define_finetuning_flags(flag_values=FLAGS, aliases=("train_step", "warmup_st
     training_flags.define_strategy_flags(flag_values)
     for define, name, default, help_text in (
         (flags.DEFINE_string, "spm_model_file", None, "SentencePiece model (30k-clean.model)."),
-        (flags.DEFINE_string, "vocab_file", None,
-         "WordPiece vocab.txt, used when there is no --spm_model_file."),
+        (
+            flags.DEFINE_string,
+            "vocab_file",
+            None,
+            "WordPiece vocab.txt, used when there is no --spm_model_file.",
+        ),
         (flags.DEFINE_bool, "do_lower_case", True, "Lower-case the text (uncased models)."),
         (flags.DEFINE_bool, "do_predict", False, "Write predictions for the test set."),
         (flags.DEFINE_integer, "predict_batch_size", 8, "Global batch of the predict pass."),
-        (flags.DEFINE_string, "cached_dir", None,
-         "Directory of the tokenized-feature cache (TFRecords); a later run with the same "
-         "data, tokenizer and max_seq_length reads it instead of tokenizing again."),
-        (flags.DEFINE_string, "export_dir", None,
-         "Write a SavedModel taking raw strings (in-graph tokenizer) here."),
-        (flags.DEFINE_float, "albert_dropout_prob", None,
-         "The model's dropout (hidden and attention), overriding the config's. Default: the "
-         "paper's value for the task."),
-        (flags.DEFINE_float, "classifier_dropout_prob", 0.1,
-         "Dropout on the pooled output before the task head."),
-        (flags.DEFINE_string, "albert_hub_module_handle", None,
-         "A downloaded TF-Hub ALBERT module directory (variables/, assets/30k-clean.model, "
-         "tfhub_module.pb): its weights are the initial checkpoint, its SentencePiece model "
-         "the --spm_model_file and its albert_config.json, if any, the config. URLs are not "
-         "fetched (tfhub.dev is gone): download the module and pass its folder."),
-    ):  # fmt: skip
+        (
+            flags.DEFINE_string,
+            "cached_dir",
+            None,
+            "Directory of the tokenized-feature cache (TFRecords); a later run with the same "
+            "data, tokenizer and max_seq_length reads it instead of tokenizing again.",
+        ),
+        (
+            flags.DEFINE_string,
+            "export_dir",
+            None,
+            "Write a SavedModel taking raw strings (in-graph tokenizer) here.",
+        ),
+        (
+            flags.DEFINE_float,
+            "albert_dropout_prob",
+            None,
+            "The model's dropout (hidden and attention), overriding the config's. Default: the "
+            "paper's value for the task.",
+        ),
+        (
+            flags.DEFINE_float,
+            "classifier_dropout_prob",
+            0.1,
+            "Dropout on the pooled output before the task head.",
+        ),
+        (
+            flags.DEFINE_string,
+            "albert_hub_module_handle",
+            None,
+            "A downloaded TF-Hub ALBERT module directory (variables/, assets/30k-clean.model, "
+            "tfhub_module.pb): its weights are the initial checkpoint, its SentencePiece model "
+            "the --spm_model_file and its albert_config.json, if any, the config. URLs are not "
+            "fetched (tfhub.dev is gone): download the module and pass its folder.",
+        ),
+    ):
         define(name, default, help_text, flag_values=flag_values)
     for alias in aliases:
         flags.DEFINE_alias(alias, ORIGINAL_ALIASES[alias], flag_values=flag_values)

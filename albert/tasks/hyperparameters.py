@@ -132,8 +132,11 @@ def steps_from_epochs(flag_values, task_key, count_train_examples):
         flag_values.num_train_steps = max(1, int(examples / batch_size * epochs))
         logging.info(
             "--num_train_epochs=%s: %d steps (%d examples, batch %d).",
-            epochs, flag_values.num_train_steps, examples, batch_size,
-        )  # fmt: skip
+            epochs,
+            flag_values.num_train_steps,
+            examples,
+            batch_size,
+        )
     if proportion is not None:
         if flag_values.num_warmup_steps is not None:
             raise FlagError(

@@ -101,8 +101,9 @@ class PretrainingTask(TrainingTask):
     def create_model(self):
         return AlbertPretrainer(self.config)
 
-    def _dataset(self, files, global_batch_size, input_context, is_training, seed=None,
-                 eval_steps=None):  # fmt: skip
+    def _dataset(
+        self, files, global_batch_size, input_context, is_training, seed=None, eval_steps=None
+    ):
         return records.pretraining_dataset(
             files,
             input_context.get_per_replica_batch_size(global_batch_size),

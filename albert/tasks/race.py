@@ -61,9 +61,21 @@ class RaceTask(engine.FineTuningTask):
     metric_names = ("correct", "real_examples")
     logged_metrics = ("accuracy",)
 
-    def __init__(self, data_dir, tokenizer, config, max_seq_length, max_qa_length,
-                 train_batch_size, eval_batch_size, predict_batch_size, high_only=False,
-                 middle_only=False, classifier_dropout_prob=0.1, cached_dir=None):  # fmt: skip
+    def __init__(
+        self,
+        data_dir,
+        tokenizer,
+        config,
+        max_seq_length,
+        max_qa_length,
+        train_batch_size,
+        eval_batch_size,
+        predict_batch_size,
+        high_only=False,
+        middle_only=False,
+        classifier_dropout_prob=0.1,
+        cached_dir=None,
+    ):
         super().__init__(
             config, train_batch_size, eval_batch_size, predict_batch_size, max_seq_length
         )
@@ -86,9 +98,15 @@ class RaceTask(engine.FineTuningTask):
         """The `RaceFeatures` of a role's split, loaded once."""
         if role not in self._race:
             self._race[role] = race.load_features(
-                self.data_dir, SPLITS[role], self.tokenizer, self.max_seq_length,
-                self.max_qa_length, self.high_only, self.middle_only, self.cached_dir.get(role),
-            )  # fmt: skip
+                self.data_dir,
+                SPLITS[role],
+                self.tokenizer,
+                self.max_seq_length,
+                self.max_qa_length,
+                self.high_only,
+                self.middle_only,
+                self.cached_dir.get(role),
+            )
         return self._race[role]
 
     def load_features(self, role):
@@ -134,20 +152,36 @@ def define_race_flags(flag_values=flags.FLAGS):
         flag_values, aliases=("train_step", "warmup_step", "dropout_prob", "num_keep_checkpoint")
     )
     define = [
-        (flags.DEFINE_string, "data_dir", None,
-         "Directory holding RACE/{train,dev,test}/{middle,high}/*.txt."),
+        (
+            flags.DEFINE_string,
+            "data_dir",
+            None,
+            "Directory holding RACE/{train,dev,test}/{middle,high}/*.txt.",
+        ),
         (flags.DEFINE_bool, "high_only", False, "Read the high-school questions only."),
         (flags.DEFINE_bool, "middle_only", False, "Read the middle-school questions only."),
         (flags.DEFINE_integer, "max_qa_length", 128, "Question+option tokens kept (the last)."),
         (flags.DEFINE_string, "task_name", "race", "The task; only race (the original's one)."),
-        (flags.DEFINE_string, "train_file", None,
-         "The original's preprocessed train TFRecord: its directory becomes the feature cache "
-         "(TFRecords named by data and settings; see --cached_dir)."),
-        (flags.DEFINE_string, "eval_file", None,
-         "The original's preprocessed dev TFRecord: its directory is the dev feature cache."),
-        (flags.DEFINE_string, "predict_file", None,
-         "The original's preprocessed test TFRecord: its directory is the test feature cache."),
-    ]  # fmt: skip
+        (
+            flags.DEFINE_string,
+            "train_file",
+            None,
+            "The original's preprocessed train TFRecord: its directory becomes the feature cache "
+            "(TFRecords named by data and settings; see --cached_dir).",
+        ),
+        (
+            flags.DEFINE_string,
+            "eval_file",
+            None,
+            "The original's preprocessed dev TFRecord: its directory is the dev feature cache.",
+        ),
+        (
+            flags.DEFINE_string,
+            "predict_file",
+            None,
+            "The original's preprocessed test TFRecord: its directory is the test feature cache.",
+        ),
+    ]
     training_flags.define_rows(define, flag_values)
     flags.DEFINE_enum(
         "model_version",
@@ -168,8 +202,11 @@ def model_version(flag_values):
     """ "v1" or "v2" from --model_version, or from the model's paths when it is auto."""
     if flag_values.model_version != "auto":
         return flag_values.model_version
-    paths = (flag_values.albert_config_file, flag_values.init_checkpoint,
-             flag_values.albert_hub_module_handle)  # fmt: skip
+    paths = (
+        flag_values.albert_config_file,
+        flag_values.init_checkpoint,
+        flag_values.albert_hub_module_handle,
+    )
     version = "v2" if any(p and _V2_COMPONENT.search(p.lower()) for p in paths) else "v1"
     logging.info(
         "RACE defaults for an ALBERT %s model (from the model's paths; --model_version to set).",
@@ -232,6 +269,6 @@ def run_from_flags(flag_values):
                 (engine.EVAL, "eval_file"),
                 (engine.PREDICT, "predict_file"),
             )
-        },  # fmt: skip
+        },
     )
     return engine.run_with_flags(task, setup.strategy, setup.options, flag_values)

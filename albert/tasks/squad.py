@@ -37,8 +37,13 @@ from albert.tasks import flags as finetuning_flags
 from albert.training import flags as training_flags
 
 V1_KEYS = ("start_logits", "end_logits")
-V2_KEYS = ("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index",
-           "cls_logits")  # fmt: skip
+V2_KEYS = (
+    "start_top_log_probs",
+    "start_top_index",
+    "end_top_log_probs",
+    "end_top_index",
+    "cls_logits",
+)
 _INDEX_KEYS = ("start_top_index", "end_top_index")
 
 
@@ -67,20 +72,40 @@ class SquadTask(engine.FineTuningTask):
     kept_features = ("unique_ids",)
     best_metric = "f1"
 
-    def __init__(self, train_file, predict_file, tokenizer, config, version_2_with_negative,
-                 max_seq_length=384, doc_stride=128, max_query_length=64, train_batch_size=48,
-                 eval_batch_size=8, predict_batch_size=8, n_best_size=20, max_answer_length=30,
-                 start_n_top=5, end_n_top=5, null_score_diff_threshold=None,
-                 classifier_dropout_prob=0.1, cached_dir=None):  # fmt: skip
+    def __init__(
+        self,
+        train_file,
+        predict_file,
+        tokenizer,
+        config,
+        version_2_with_negative,
+        max_seq_length=384,
+        doc_stride=128,
+        max_query_length=64,
+        train_batch_size=48,
+        eval_batch_size=8,
+        predict_batch_size=8,
+        n_best_size=20,
+        max_answer_length=30,
+        start_n_top=5,
+        end_n_top=5,
+        null_score_diff_threshold=None,
+        classifier_dropout_prob=0.1,
+        cached_dir=None,
+    ):
         super().__init__(
             config, train_batch_size, eval_batch_size, predict_batch_size, max_seq_length
         )
-        self.files = {engine.TRAIN: train_file, engine.EVAL: predict_file,
-                      engine.PREDICT: predict_file}  # fmt: skip
+        self.files = {
+            engine.TRAIN: train_file,
+            engine.EVAL: predict_file,
+            engine.PREDICT: predict_file,
+        }
         self.tokenizer = tokenizer
         self.version_2_with_negative = version_2_with_negative
-        self.window = dict(max_seq_length=max_seq_length, doc_stride=doc_stride,
-                           max_query_length=max_query_length)  # fmt: skip
+        self.window = dict(
+            max_seq_length=max_seq_length, doc_stride=doc_stride, max_query_length=max_query_length
+        )
         self.n_best_size, self.max_answer_length = n_best_size, max_answer_length
         self.start_n_top, self.end_n_top = start_n_top, end_n_top
         self.null_score_diff_threshold = null_score_diff_threshold
@@ -119,9 +144,13 @@ class SquadTask(engine.FineTuningTask):
                 flag = "--train_file" if is_training else "--predict_file"
                 raise engine.FineTuningError(f"{flag} is required to {role}.")
             self._squad[key] = squad.load_features(
-                self.files[role], self.tokenizer, is_training, cache_dir=self.cached_dir.get(role),
-                version_2_with_negative=self.version_2_with_negative, **self.window,
-            )  # fmt: skip
+                self.files[role],
+                self.tokenizer,
+                is_training,
+                cache_dir=self.cached_dir.get(role),
+                version_2_with_negative=self.version_2_with_negative,
+                **self.window,
+            )
         return self._squad[key]
 
     def read_features(self, train, evaluate, predict):
@@ -197,9 +226,12 @@ class SquadTask(engine.FineTuningTask):
             )
             return answers, nbest, None
         return squad_postprocessing.compute_predictions_v2(
-            data.examples, data.features, results,
-            null_score_diff_threshold=null_score_diff_threshold, **settings,
-        )  # fmt: skip
+            data.examples,
+            data.features,
+            results,
+            null_score_diff_threshold=null_score_diff_threshold,
+            **settings,
+        )
 
     def gold_dataset(self, role):
         """The `"data"` list of a role's file, or None when it has no answer to score."""
@@ -294,40 +326,76 @@ def define_squad_flags(flag_values=flags.FLAGS):
     )
     define = [
         (flags.DEFINE_string, "train_file", None, "SQuAD JSON to train on (train-v1.1.json)."),
-        (flags.DEFINE_string, "predict_file", None,
-         "SQuAD JSON to predict and, when it has answers, evaluate (dev-v1.1.json)."),
-        (flags.DEFINE_bool, "version_2_with_negative", False,
-         "SQuAD 2.0: unanswerable questions, the v2 head and null_odds.json."),
+        (
+            flags.DEFINE_string,
+            "predict_file",
+            None,
+            "SQuAD JSON to predict and, when it has answers, evaluate (dev-v1.1.json).",
+        ),
+        (
+            flags.DEFINE_bool,
+            "version_2_with_negative",
+            False,
+            "SQuAD 2.0: unanswerable questions, the v2 head and null_odds.json.",
+        ),
         (flags.DEFINE_integer, "doc_stride", 128, "Tokens between the starts of two windows."),
         (flags.DEFINE_integer, "max_query_length", 64, "Question tokens kept (the first ones)."),
         (flags.DEFINE_integer, "n_best_size", 20, "Answers per question in nbest_predictions."),
         (flags.DEFINE_integer, "max_answer_length", 30, "Longest answer, in tokens."),
         (flags.DEFINE_integer, "start_n_top", 5, "v2.0 beam: start positions tried."),
         (flags.DEFINE_integer, "end_n_top", 5, "v2.0 beam: end positions per start."),
-        (flags.DEFINE_float, "null_score_diff_threshold", None,
-         "v2.0: predict no answer above this null score. Default: the threshold tuned on "
-         "--predict_file when it has answers, else 0."),
-        (flags.DEFINE_float, "num_train_epochs", None,
-         "Train for this many passes over --train_file's questions: --num_train_steps = "
-         "int(questions / train_batch_size * epochs), as the original. Default: the paper's "
-         "steps (--num_train_steps)."),
-        (flags.DEFINE_float, "warmup_proportion", None,
-         "Warm up for this fraction of the training steps (--num_warmup_steps = "
-         "int(steps * proportion)). Default: the paper's warmup steps."),
-        (flags.DEFINE_string, "train_feature_file", None,
-         "The original's training feature file: its directory becomes the feature cache "
-         "(TFRecords named by data and settings; see --cached_dir)."),
-        (flags.DEFINE_string, "predict_feature_file", None,
-         "The original's predict feature file: its directory becomes the predict feature "
-         "cache (see --train_feature_file)."),
-        (flags.DEFINE_string, "predict_feature_left_file", None,
-         "The original's pickle of predict-side features: never written or read (pickles are "
-         "unsafe); its directory is the predict feature cache when --predict_feature_file is "
-         "not given."),
-        (flags.DEFINE_bool, "use_einsum", True,
-         "Accepted for the original's commands; no effect: the Keras layers choose their own "
-         "kernels, and a TFLite export is not offered here."),
-    ]  # fmt: skip
+        (
+            flags.DEFINE_float,
+            "null_score_diff_threshold",
+            None,
+            "v2.0: predict no answer above this null score. Default: the threshold tuned on "
+            "--predict_file when it has answers, else 0.",
+        ),
+        (
+            flags.DEFINE_float,
+            "num_train_epochs",
+            None,
+            "Train for this many passes over --train_file's questions: --num_train_steps = "
+            "int(questions / train_batch_size * epochs), as the original. Default: the paper's "
+            "steps (--num_train_steps).",
+        ),
+        (
+            flags.DEFINE_float,
+            "warmup_proportion",
+            None,
+            "Warm up for this fraction of the training steps (--num_warmup_steps = "
+            "int(steps * proportion)). Default: the paper's warmup steps.",
+        ),
+        (
+            flags.DEFINE_string,
+            "train_feature_file",
+            None,
+            "The original's training feature file: its directory becomes the feature cache "
+            "(TFRecords named by data and settings; see --cached_dir).",
+        ),
+        (
+            flags.DEFINE_string,
+            "predict_feature_file",
+            None,
+            "The original's predict feature file: its directory becomes the predict feature "
+            "cache (see --train_feature_file).",
+        ),
+        (
+            flags.DEFINE_string,
+            "predict_feature_left_file",
+            None,
+            "The original's pickle of predict-side features: never written or read (pickles are "
+            "unsafe); its directory is the predict feature cache when --predict_feature_file is "
+            "not given.",
+        ),
+        (
+            flags.DEFINE_bool,
+            "use_einsum",
+            True,
+            "Accepted for the original's commands; no effect: the Keras layers choose their own "
+            "kernels, and a TFLite export is not offered here.",
+        ),
+    ]
     training_flags.define_rows(define, flag_values)
 
 
@@ -339,10 +407,20 @@ def check_squad_flags(flag_values):
         SquadDataError: --doc_stride outside the window, a question id twice in a file, or a
             SQuAD 2.0 file without --version_2_with_negative.
     """
-    training_flags.check_ranges(flag_values, {"positive": (
-        "doc_stride", "max_query_length", "n_best_size", "max_answer_length", "start_n_top",
-        "end_n_top", "max_seq_length",
-    )})  # fmt: skip
+    training_flags.check_ranges(
+        flag_values,
+        {
+            "positive": (
+                "doc_stride",
+                "max_query_length",
+                "n_best_size",
+                "max_answer_length",
+                "start_n_top",
+                "end_n_top",
+                "max_seq_length",
+            )
+        },
+    )
     check_window(flag_values.max_seq_length, flag_values.doc_stride, flag_values.max_query_length)
     v2 = flag_values.version_2_with_negative
     if flag_values.do_train:

@@ -221,16 +221,24 @@ def require(flag_values, *names):
 # "probability" ([0, 1)). Only the flags a script declares are checked; None means unset.
 NUMERIC_RANGES = {
     "positive": (
-        "num_train_steps", "train_batch_size", "eval_batch_size",
-        "predict_batch_size", "max_seq_length", "save_checkpoints_steps", "keep_checkpoint_max",
-        "iterations_per_loop", "num_tpu_cores", "max_predictions_per_seq", "max_eval_steps",
+        "num_train_steps",
+        "train_batch_size",
+        "eval_batch_size",
+        "predict_batch_size",
+        "max_seq_length",
+        "save_checkpoints_steps",
+        "keep_checkpoint_max",
+        "iterations_per_loop",
+        "num_tpu_cores",
+        "max_predictions_per_seq",
+        "max_eval_steps",
     ),
     # poly_power 0 is a constant rate after warmup (the quickstart's recipe); a learning rate
     # of 0 keeps the weights as loaded (tests use it; a warning says so), a negative one is
     # refused.
     "non_negative": ("learning_rate", "num_warmup_steps", "start_warmup_step", "poly_power"),
     "probability": ("albert_dropout_prob", "classifier_dropout_prob"),
-}  # fmt: skip
+}
 
 
 def check_ranges(flag_values, ranges=None):
@@ -274,10 +282,17 @@ def strategy_from_flags(flag_values):
     choice = hardware_choice_from_flags(flag_values, name)
     precision = strategy_lib.set_precision(choice.precision, name)
     if name == "tpu" and strategy.num_replicas_in_sync != flag_values.num_tpu_cores:
-        logging.warning("--num_tpu_cores=%d ignored: the TPU has %d cores.",
-                        flag_values.num_tpu_cores, strategy.num_replicas_in_sync)  # fmt: skip
-    logging.info("Strategy %s with %d replica(s), %s.", name, strategy.num_replicas_in_sync,
-                 choice.describe())  # fmt: skip
+        logging.warning(
+            "--num_tpu_cores=%d ignored: the TPU has %d cores.",
+            flag_values.num_tpu_cores,
+            strategy.num_replicas_in_sync,
+        )
+    logging.info(
+        "Strategy %s with %d replica(s), %s.",
+        name,
+        strategy.num_replicas_in_sync,
+        choice.describe(),
+    )
     return strategy, name, precision
 
 

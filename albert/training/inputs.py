@@ -63,8 +63,12 @@ def fit_batch_size(global_batch_size, num_replicas, flag, derive=False):
         fitted = -(-global_batch_size // num_replicas) * num_replicas
         logging.info(
             "--%s=%d (the default) does not divide by %d replicas: using %d, one example "
-            "per replica or more.", flag, global_batch_size, num_replicas, fitted,
-        )  # fmt: skip
+            "per replica or more.",
+            flag,
+            global_batch_size,
+            num_replicas,
+            fitted,
+        )
         return fitted
     per_replica_batch_size(global_batch_size, num_replicas, flag)
     return global_batch_size

@@ -144,8 +144,10 @@ def _run_locked(task, strategy, options, optimizer_fn):
         if options.do_eval and not options.do_train:
             latest = state.checkpoints.latest()
             if latest is None and not options.init_checkpoint:
-                logging.warning("No checkpoint in %s and no --init_checkpoint: evaluating "
-                                "untrained weights.", options.output_dir)  # fmt: skip
+                logging.warning(
+                    "No checkpoint in %s and no --init_checkpoint: evaluating untrained weights.",
+                    options.output_dir,
+                )
             results = _evaluate(state, checkpoint_path=latest)
         return results
     finally:
@@ -194,9 +196,19 @@ def _build(task, strategy, options, optimizer_fn):
         os.path.join(options.output_dir, "eval"), enabled=chief and options.do_eval
     )
     return _Run(
-        strategy, task, options, model, optimizer, schedule, global_step, trainer,
-        checkpoints, chief, write_dir, eval_writer,
-    )  # fmt: skip
+        strategy,
+        task,
+        options,
+        model,
+        optimizer,
+        schedule,
+        global_step,
+        trainer,
+        checkpoints,
+        chief,
+        write_dir,
+        eval_writer,
+    )
 
 
 def _training_input(state):
@@ -224,8 +236,11 @@ def _restore_input(state, iterator, step):
     try:
         return state.checkpoints.restore_input(iterator, step)
     except (tf.errors.OpError, IndexError, ValueError, AssertionError) as e:
-        logging.warning("The saved input position of step %d cannot be read (%s).", step,
-                        checkpointing.first_line(e))  # fmt: skip
+        logging.warning(
+            "The saved input position of step %d cannot be read (%s).",
+            step,
+            checkpointing.first_line(e),
+        )
         return False
 
 

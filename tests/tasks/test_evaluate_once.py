@@ -34,16 +34,24 @@ def _counted_task(data_dir, passes, accuracies):
 
 
 def _optimizer_fn(global_step):
-    return create_optimizer("adamw", 1e-3, 6, num_warmup_steps=2, global_step=global_step,
-                            aggregate_gradients=False)  # fmt: skip
+    return create_optimizer(
+        "adamw", 1e-3, 6, num_warmup_steps=2, global_step=global_step, aggregate_gradients=False
+    )
 
 
 def test_dev_is_read_once_per_evaluation_point(tmp_path):
     data_dir = synthetic.write_sst2(tmp_path / "glue", num_train=24, num_dev=9, num_test=5)
     output_dir = tmp_path / "out"
-    options = loop.RunOptions(output_dir=str(output_dir), num_train_steps=6, train_batch_size=8,
-                              eval_batch_size=6, do_eval=True, save_checkpoints_steps=3,
-                              iterations_per_loop=3, seed=3)  # fmt: skip
+    options = loop.RunOptions(
+        output_dir=str(output_dir),
+        num_train_steps=6,
+        train_batch_size=8,
+        eval_batch_size=6,
+        do_eval=True,
+        save_checkpoints_steps=3,
+        iterations_per_loop=3,
+        seed=3,
+    )
     strategy = tf.distribute.get_strategy()
     passes = []
     # Step 3 scores best, step 6 worse: the final weights are model.ckpt-best, of step 3.
