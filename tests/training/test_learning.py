@@ -7,6 +7,7 @@ install), made into records by the project's own vocabulary and data tools. Sent
 learnt late (after ~300 steps here), hence the quickstart's 600 steps of a 2-layer model.
 """
 
+import contextlib
 import os
 
 import numpy as np
@@ -41,16 +42,19 @@ def data(tmp_path_factory):
         options = InstanceOptions(
             max_seq_length=SEQ, max_predictions_per_seq=PREDICTIONS, dupe_factor=RECIPE.dupe_factor
         )
-        create_pretraining_data(
-            PretrainingDataConfig(
-                input_file=text,
-                output_file=paths[name],
-                spm_model_file=spm_model,
-                num_workers=1,
-                instance=options,
-                progress_seconds=1e9,
+        # Relative to the data folder: the tool seeds each input by its path as given, and the
+        # absolute path holds pytest's run number (the records would differ from run to run).
+        with contextlib.chdir(directory):
+            create_pretraining_data(
+                PretrainingDataConfig(
+                    input_file=os.path.basename(text),
+                    output_file=paths[name],
+                    spm_model_file=spm_model,
+                    num_workers=1,
+                    instance=options,
+                    progress_seconds=1e9,
+                )
             )
-        )
     return directory, paths
 
 
