@@ -99,6 +99,8 @@ def test_the_walk_finds_the_package():
     assert not (PACKAGE / "training" / "pretraining.py").exists()  # a task now
 
 
+# Slow tier: importing every module in child processes takes about 30 s.
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_module_imports(import_results, name):
     error = import_results[name]

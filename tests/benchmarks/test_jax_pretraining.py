@@ -21,6 +21,7 @@ import jax_pretraining  # noqa: E402
 STORED = json.loads(pathlib.Path(gpu_loss_check.REFERENCE_FILE).read_text())["losses"]
 
 
+@pytest.mark.slow  # five Trainer steps (~5 s)
 def test_stored_reference_is_what_the_trainer_computes_now():
     keras.mixed_precision.set_dtype_policy("float32")
     losses = gpu_loss_check.tensorflow_losses(gpu_loss_check.tiny_config(), len(STORED))

@@ -2,6 +2,7 @@
 the training loop's metrics of the checkpoint it reports (model.ckpt-best) instead of a pass
 of its own; a run that did not evaluate those weights (--do_eval alone) still reads dev."""
 
+import pytest
 import synthetic_glue as synthetic
 import tensorflow as tf
 
@@ -39,6 +40,7 @@ def _optimizer_fn(global_step):
     )
 
 
+@pytest.mark.slow  # trains and evaluates a classifier (~5 s)
 def test_dev_is_read_once_per_evaluation_point(tmp_path):
     data_dir = synthetic.write_sst2(tmp_path / "glue", num_train=24, num_dev=9, num_test=5)
     output_dir = tmp_path / "out"
