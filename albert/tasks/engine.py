@@ -51,19 +51,18 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import hashlib
 import os
 import tempfile
 
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from albert.checkpoints import load_any, training_format
 from albert.data import features as feature_lib
-from albert.errors import AlbertError
 from albert.metrics import write_eval_results
-from albert.training import checkpointing, loop, predict
+from albert.tasks import FineTuningError
+from albert.tasks.feature_files import FeatureFile, write_features_file
+from albert.tasks.weights import load_final_weights, load_finetuning_weights
+from albert.training import loop, predict
 from albert.training.inputs import fit_batch_size, per_replica_batch_size
 from albert.training.run_lock import output_dir_lock
 from albert.training.strategy import is_chief
@@ -78,27 +77,6 @@ SHUFFLE_BUFFER_SIZE = 10000
 
 # Where the engine writes features a task holds in memory, under the run's output_dir.
 FEATURES_DIR = "features"
-
-
-class FineTuningError(AlbertError):
-    """Weights or flags that cannot give the requested fine-tuning result."""
-
-
-@dataclasses.dataclass(frozen=True)
-class FeatureFile:
-    """A role's features as a TFRecord file of `albert.data.features` that every input
-    host reads inside `dataset_fn`.
-
-    Attributes:
-        path: the records file (its JSON schema beside it).
-        num_examples: the records it holds.
-        element_spec: the task's feature dicts (the records hold them flattened; RACE's
-            [C, T] inputs are read back into that shape).
-    """
-
-    path: str
-    num_examples: int
-    element_spec: dict
 
 
 class FineTuningTask(TrainingTask):
@@ -315,113 +293,6 @@ class FineTuningTask(TrainingTask):
 
     def load_initial_weights(self, model, path):
         load_finetuning_weights(model, path)
-
-
-def write_features_file(dataset, directory, role):
-    """Writes a finite dataset of feature dicts held in memory as a feature file (the cache
-    format of `albert.data.features`) every input host can read; returns its path.
-
-    The name holds a hash of the features (`<role>-<hash>.tfrecord`): a rerun, or another
-    worker, with the same features finds the file and does not write it again.
-    """
-    digest = hashlib.sha256()
-    features = []
-    for element in dataset.as_numpy_iterator():
-        feature = {}
-        for name in sorted(element):
-            value = np.asarray(element[name])
-            digest.update(f"{name}:{value.dtype}:{value.shape}".encode())
-            digest.update(value.tobytes())
-            feature[name] = value.reshape(-1).tolist() if value.ndim else value.item()
-        features.append(feature)
-    path = os.path.join(directory, f"{role}-{digest.hexdigest()[:12]}.tfrecord")
-    complete = tf.io.gfile.exists(path) and tf.io.gfile.exists(feature_lib.schema_path(path))
-    if not (complete and feature_lib.cache_damage(path) is None):
-        feature_lib.write_feature_records(path, features)
-        logging.info("%s features written to %s for the input hosts.", role, path)
-    return path
-
-
-# --- Initial weights ---------------------------------------------------------------------
-
-
-def resolve_checkpoint(path):
-    """`path`, or the `model.ckpt-best` of a run directory that holds one (a fine-tuning
-    or pretraining output directory, or a released model's)."""
-    # By file names only: on ram:// and some object stores `isdir` is true for any prefix.
-    best = os.path.join(path, training_format.BEST_PREFIX)
-    if not tf.io.gfile.exists(path + ".index") and tf.io.gfile.exists(best + ".index"):
-        return best
-    return path
-
-
-def _head_weights(model):
-    backbone = {id(w) for w in model.backbone.weights}
-    return [w for w in model.weights if id(w) not in backbone]
-
-
-def load_finetuning_weights(model, path, require_head=False):
-    """Loads `--init_checkpoint` into a fine-tuning model: the encoder always, the head too
-    when the checkpoint holds one of the same shape (e.g. MNLI weights to predict AX).
-
-    Args:
-        model: a task model holding its `AlbertBackbone` as `.backbone`.
-        path: one of our training checkpoints or run directories (fine-tuning or
-            pretraining), an official TF1 checkpoint, an HF directory or Keras weights.
-        require_head: raise unless the head was loaded too (to predict without training).
-
-    Returns:
-        Whether the head was loaded.
-
-    Raises:
-        FineTuningError: `require_head` and the checkpoint holds no fitting head.
-        albert.checkpoints.CheckpointError: the checkpoint does not fit the encoder (another
-            config) or does not exist.
-    """
-    head = _head_weights(model)
-    result = load_any(model, resolve_checkpoint(path), optional_weights=head)
-    path = result.path
-    initialised = set(result.initialised)
-    head_loaded = not any(w.path in initialised for w in head)
-    if require_head and not head_loaded:
-        raise FineTuningError(
-            f"--init_checkpoint={path} holds no {type(model).__name__} head of this shape, so "
-            "its predictions would be random; fine-tune first (--do_train) or pass the "
-            "output_dir of a fine-tuning run."
-        )
-    logging.info(
-        "Initialised from %s: encoder%s.",
-        path,
-        " and task head" if head_loaded else " (the task head starts from random values)",
-    )
-    return head_loaded
-
-
-def load_final_weights(model, options):
-    """Loads the weights that evaluation, prediction and export use (see the module doc).
-
-    Returns:
-        (checkpoint path, its global step or None).
-
-    Raises:
-        FineTuningError: no checkpoint in `output_dir` and no `--init_checkpoint`.
-    """
-    best = os.path.join(options.output_dir, training_format.BEST_PREFIX)
-    path = best if tf.io.gfile.exists(best + ".index") else None
-    path = path or checkpointing.latest_checkpoint(options.output_dir)
-    if path:
-        training_format.restore_model_weights(model, path)
-    elif options.init_checkpoint:
-        path = resolve_checkpoint(options.init_checkpoint)
-        load_finetuning_weights(model, path, require_head=True)
-    else:
-        raise FineTuningError(
-            f"--output_dir={options.output_dir} holds no checkpoint to evaluate or predict "
-            "with; train first (--do_train) or pass --init_checkpoint of a fine-tuned model."
-        )
-    step = training_format.global_step(path)
-    logging.info("Final weights: %s (global step %s).", path, step)
-    return path, step
 
 
 # --- The run -----------------------------------------------------------------------------

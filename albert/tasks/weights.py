@@ -1,0 +1,98 @@
+"""The weights a fine-tuning run starts from (`--init_checkpoint`) and ends with.
+
+A run starts from any checkpoint `albert.checkpoints.load_any` reads: the encoder always, the
+task head too when the checkpoint holds one of the same shape. Evaluation, prediction and
+export after training use `model.ckpt-best` in `output_dir`, else its latest checkpoint, else
+`--init_checkpoint` (which must then hold the task head, e.g. an MNLI fine-tuning run to
+predict AX with).
+"""
+
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+from absl import logging
+
+from albert.checkpoints import load_any, training_format
+from albert.tasks import FineTuningError
+from albert.training import checkpointing
+
+
+def resolve_checkpoint(path):
+    """`path`, or the `model.ckpt-best` of a run directory that holds one (a fine-tuning
+    or pretraining output directory, or a released model's)."""
+    # By file names only: on ram:// and some object stores `isdir` is true for any prefix.
+    best = os.path.join(path, training_format.BEST_PREFIX)
+    if not tf.io.gfile.exists(path + ".index") and tf.io.gfile.exists(best + ".index"):
+        return best
+    return path
+
+
+def head_weights(model):
+    backbone = {id(w) for w in model.backbone.weights}
+    return [w for w in model.weights if id(w) not in backbone]
+
+
+def load_finetuning_weights(model, path, require_head=False):
+    """Loads `--init_checkpoint` into a fine-tuning model: the encoder always, the head too
+    when the checkpoint holds one of the same shape (e.g. MNLI weights to predict AX).
+
+    Args:
+        model: a task model holding its `AlbertBackbone` as `.backbone`.
+        path: one of our training checkpoints or run directories (fine-tuning or
+            pretraining), an official TF1 checkpoint, an HF directory or Keras weights.
+        require_head: raise unless the head was loaded too (to predict without training).
+
+    Returns:
+        Whether the head was loaded.
+
+    Raises:
+        FineTuningError: `require_head` and the checkpoint holds no fitting head.
+        albert.checkpoints.CheckpointError: the checkpoint does not fit the encoder (another
+            config) or does not exist.
+    """
+    head = head_weights(model)
+    result = load_any(model, resolve_checkpoint(path), optional_weights=head)
+    path = result.path
+    initialised = set(result.initialised)
+    head_loaded = not any(w.path in initialised for w in head)
+    if require_head and not head_loaded:
+        raise FineTuningError(
+            f"--init_checkpoint={path} holds no {type(model).__name__} head of this shape, so "
+            "its predictions would be random; fine-tune first (--do_train) or pass the "
+            "output_dir of a fine-tuning run."
+        )
+    logging.info(
+        "Initialised from %s: encoder%s.",
+        path,
+        " and task head" if head_loaded else " (the task head starts from random values)",
+    )
+    return head_loaded
+
+
+def load_final_weights(model, options):
+    """Loads the weights that evaluation, prediction and export use (see the module doc).
+
+    Returns:
+        (checkpoint path, its global step or None).
+
+    Raises:
+        FineTuningError: no checkpoint in `output_dir` and no `--init_checkpoint`.
+    """
+    best = os.path.join(options.output_dir, training_format.BEST_PREFIX)
+    path = best if tf.io.gfile.exists(best + ".index") else None
+    path = path or checkpointing.latest_checkpoint(options.output_dir)
+    if path:
+        training_format.restore_model_weights(model, path)
+    elif options.init_checkpoint:
+        path = resolve_checkpoint(options.init_checkpoint)
+        load_finetuning_weights(model, path, require_head=True)
+    else:
+        raise FineTuningError(
+            f"--output_dir={options.output_dir} holds no checkpoint to evaluate or predict "
+            "with; train first (--do_train) or pass --init_checkpoint of a fine-tuned model."
+        )
+    step = training_format.global_step(path)
+    logging.info("Final weights: %s (global step %s).", path, step)
+    return path, step
