@@ -9,17 +9,12 @@ import keras
 from keras import ops
 
 from albert.modeling.dropout import Dropout
+from albert.modeling.layer_norm import layer_norm
 from albert.modeling.serialization import as_config, serializable
 
 
 def truncated_normal(config):
     return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
-
-
-def layer_norm(name):
-    # epsilon 1e-12 as the original (TF's default for BERT). Always float32: a bfloat16
-    # variance loses too many bits.
-    return keras.layers.LayerNormalization(epsilon=1e-12, name=name, dtype="float32")
 
 
 @serializable

@@ -11,9 +11,12 @@ import math
 import keras
 from keras import ops
 
+from albert.modeling.activations import activation
 from albert.modeling.dropout import Dropout
-from albert.modeling.embeddings import layer_norm, truncated_normal
+from albert.modeling.embeddings import truncated_normal
+from albert.modeling.layer_norm import layer_norm, layer_norm_op
 from albert.modeling.serialization import as_config, serializable
+from albert.modeling.shared_weights import CastOnce, UncastDense
 
 # Added to the attention scores of padding keys before the softmax. The original uses -10000
 # rather than -inf so that a row with every key masked still gives finite numbers.
@@ -26,14 +29,10 @@ def gather_positions(sequence, positions):
     return ops.take_along_axis(sequence, positions[:, :, None], axis=1)
 
 
-def activation(name):
-    if name in ("gelu", "gelu_new"):
-        return lambda x: keras.activations.gelu(x, approximate=True)
-    if name == "gelu_exact":
-        return lambda x: keras.activations.gelu(x, approximate=False)
-    if name == "swish":
-        name = "silu"
-    return keras.activations.get(name)
+def _scale_folds(scale):
+    """Whether multiplying the query kernel and bias by `scale` is exact (a power of two:
+    1/sqrt(64) for every published ALBERT); otherwise the scores are scaled after."""
+    return math.log2(scale).is_integer()
 
 
 @serializable
@@ -41,6 +40,8 @@ class AlbertAttention(keras.layers.Layer):
     """Post-LN multi-head self-attention: softmax(QK^T/sqrt(D) + mask) V, dense, residual, LN.
 
     Kernels are 2-D [H, N*D] as in the original checkpoints; head n owns columns n*D..(n+1)*D-1.
+    The variables are read as stored (`UncastDense`) and cast once per forward pass for every
+    layer that shares them (`shared_weights`).
     """
 
     def __init__(self, config, **kwargs):
@@ -48,7 +49,7 @@ class AlbertAttention(keras.layers.Layer):
         self.config = config = as_config(config)
         self.num_heads = config.num_attention_heads
         self.head_size = config.head_size
-        dense = lambda name: keras.layers.Dense(  # noqa: E731
+        dense = lambda name: UncastDense(  # noqa: E731
             config.hidden_size, kernel_initializer=truncated_normal(config), name=name
         )
         self.query, self.key, self.value, self.output_dense = (
@@ -61,6 +62,7 @@ class AlbertAttention(keras.layers.Layer):
         self.output_dropout = Dropout(config.hidden_dropout_prob)
         self.layer_norm = layer_norm("LayerNorm")
         self.hidden_size = config.hidden_size
+        self.scale = 1.0 / math.sqrt(self.head_size)
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}
@@ -71,58 +73,77 @@ class AlbertAttention(keras.layers.Layer):
         self.layer_norm.build((None, None, self.hidden_size))
         self.built = True
 
-    def _project_heads(self, x, dense_layers):
-        """x [B, T, H] through several of the H->H projections in one matmul (a wider one
-        runs faster than three, forward and backward; the variables stay separate, with the
-        original's names).
-
-        Returns:
-            one [B, N, T, D] tensor per layer.
-        """
+    def shared_weights(self):
+        """The kernels and biases in the compute dtype, cast once for every layer that runs
+        this block: Q, K and V side by side ([H, 3H], one matmul: a wider one runs faster
+        than three, forward and backward), the query's times 1/sqrt(D) where that is exact.
+        The variables stay separate, with the original's names."""
         dtype = self.compute_dtype
-        kernel = ops.concatenate([ops.cast(d.kernel, dtype) for d in dense_layers], axis=1)
-        bias = ops.concatenate([ops.cast(d.bias, dtype) for d in dense_layers], axis=0)
-        y = ops.matmul(x, kernel) + bias  # [B, T, len * H]
-        batch, seq_len = ops.shape(x)[0], ops.shape(x)[1]
-        heads = []
-        # Split, not index: without XLA the gradient of each index is a full-size scatter of
-        # zeros (~13% of a bfloat16 step on CPU); split's gradient is one concatenation.
-        for part in ops.split(y, len(dense_layers), axis=-1):  # [B, T, H] each
-            part = ops.reshape(part, (batch, seq_len, self.num_heads, self.head_size))
-            heads.append(ops.transpose(part, (0, 2, 1, 3)))  # [B, N, T, D]
-        return heads
+        qkv = (self.query, self.key, self.value)
+        query_scale = self.scale if _scale_folds(self.scale) else 1.0
+        scales = (query_scale, 1.0, 1.0)
+        return {
+            "qkv_kernel": CastOnce([d.kernel for d in qkv], dtype, scales),
+            "qkv_bias": CastOnce([d.bias for d in qkv], dtype, scales),
+            "output_kernel": CastOnce([self.output_dense.kernel], dtype),
+            "output_bias": CastOnce([self.output_dense.bias], dtype),
+        }
 
-    def call(self, x, attention_bias, training=False, query_positions=None):
+    def _heads(self, y, length):
+        """y [B*length, H] -> [B, N, length, D]."""
+        y = ops.reshape(y, (-1, length, self.num_heads, self.head_size))
+        return ops.transpose(y, (0, 2, 1, 3))
+
+    def call(self, x, attention_bias, training=False, query_positions=None, weights=None):
         """x: [B, T, H]; attention_bias: float32 [B, 1, 1, T], 0 or MASK_ADDER.
 
         With `query_positions` (int [B, K]) only those positions attend (to every key) and
-        the output is [B, K, H]; without, K = T.
+        the output is [B, K, H]; without, K = T. `weights`: this block's `shared_weights()`
+        (made here when not given).
         """
+        weights = weights or self.shared_weights()
+        dtype, h = self.compute_dtype, self.hidden_size
+        x = ops.cast(x, dtype)
+        seq_len = ops.shape(x)[1]
+        rows = ops.reshape(x, (-1, h))  # [B*T, H]
+        kernel, bias = weights["qkv_kernel"].use(), weights["qkv_bias"].use()  # [H, 3H], [3H]
         if query_positions is None:
-            queries = x
-            q, k, v = self._project_heads(x, (self.query, self.key, self.value))
+            num_queries, queries = seq_len, rows
+            # Split, not index: without XLA the gradient of each index is a full-size
+            # scatter of zeros; split's gradient is one concatenation.
+            q, k, v = ops.split(ops.matmul(rows, kernel) + bias, 3, axis=-1)  # [B*T, H] each
         else:
-            queries = gather_positions(x, query_positions)
-            (q,) = self._project_heads(queries, (self.query,))  # [B, N, K, D]
-            k, v = self._project_heads(x, (self.key, self.value))
-        q = q * ops.cast(1.0 / math.sqrt(self.head_size), q.dtype)
+            num_queries = ops.shape(query_positions)[1]
+            queries = ops.reshape(gather_positions(x, query_positions), (-1, h))  # [B*K, H]
+            (q_kernel, kv_kernel), (q_bias, kv_bias) = (
+                ops.split(w, [h], -1) for w in (kernel, bias)
+            )
+            q = ops.matmul(queries, q_kernel) + q_bias  # [B*K, H]
+            k, v = ops.split(ops.matmul(rows, kv_kernel) + kv_bias, 2, axis=-1)
+        q = self._heads(q, num_queries)  # [B, N, K, D]
+        k, v = self._heads(k, seq_len), self._heads(v, seq_len)  # [B, N, T, D]
+        if not _scale_folds(self.scale):
+            q = q * ops.cast(self.scale, dtype)
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # [B, N, K, T]
         # Softmax in float32 whatever the compute dtype: bfloat16 sums lose the tail mass.
-        # (Keras autocasts float call arguments to the compute dtype, hence the cast back.)
         scores = ops.cast(scores, "float32") + ops.cast(attention_bias, "float32")
-        probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
+        probs = ops.cast(ops.softmax(scores, axis=-1), dtype)
         probs = self.attention_dropout(probs, training=training)
         context = ops.matmul(probs, v)  # [B, N, K, D]
-        context = ops.transpose(context, (0, 2, 1, 3))  # [B, K, N, D]
-        batch, num_queries = ops.shape(queries)[0], ops.shape(queries)[1]
-        context = ops.reshape(context, (batch, num_queries, self.hidden_size))  # [B, K, H]
-        out = self.output_dropout(self.output_dense(context), training=training)
-        return ops.cast(self.layer_norm(out + queries), self.compute_dtype)
+        context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, h))  # [B*K, H]
+        out = ops.matmul(context, weights["output_kernel"].use()) + weights["output_bias"].use()
+        out = self.output_dropout(out, training=training)
+        ln = self.layer_norm
+        out = layer_norm_op(out + queries, ln.gamma, ln.beta, dtype, ln.epsilon)
+        return ops.reshape(out, (-1, num_queries, h))
 
 
 @serializable
 class AlbertFeedForward(keras.layers.Layer):
-    """Post-LN FFN: dense I with the config's activation, dense H, dropout, residual, LN."""
+    """Post-LN FFN: dense I with the config's activation, dense H, dropout, residual, LN.
+
+    As `AlbertAttention`, the variables are cast once per forward pass (`shared_weights`).
+    """
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
@@ -130,13 +151,13 @@ class AlbertFeedForward(keras.layers.Layer):
         init = truncated_normal(config)
         self.hidden_size = config.hidden_size
         self.intermediate_size = config.intermediate_size
-        self.intermediate = keras.layers.Dense(
+        self.intermediate = UncastDense(
             config.intermediate_size,
             activation=activation(config.hidden_act),
             kernel_initializer=init,
             name="intermediate",
         )
-        self.output_dense = keras.layers.Dense(
+        self.output_dense = UncastDense(
             config.hidden_size, kernel_initializer=init, name="output_dense"
         )
         self.dropout = Dropout(config.hidden_dropout_prob)
@@ -151,10 +172,31 @@ class AlbertFeedForward(keras.layers.Layer):
         self.layer_norm.build((None, None, self.hidden_size))
         self.built = True
 
-    def call(self, x, training=False):
-        out = self.output_dense(self.intermediate(x))  # [B, T, I] -> [B, T, H]
-        out = self.dropout(out, training=training)
-        return ops.cast(self.layer_norm(out + x), self.compute_dtype)
+    def shared_weights(self):
+        """The kernels and biases in the compute dtype, cast once for every layer that runs
+        this block."""
+        dtype = self.compute_dtype
+        return {
+            "intermediate_kernel": CastOnce([self.intermediate.kernel], dtype),
+            "intermediate_bias": CastOnce([self.intermediate.bias], dtype),
+            "output_kernel": CastOnce([self.output_dense.kernel], dtype),
+            "output_bias": CastOnce([self.output_dense.bias], dtype),
+        }
+
+    def call(self, x, training=False, weights=None):
+        """x [B, T, H] -> [B, T, H]. `weights`: this block's `shared_weights()`."""
+        weights = weights or self.shared_weights()
+        dtype, h = self.compute_dtype, self.hidden_size
+        x = ops.cast(x, dtype)
+        rows = ops.reshape(x, (-1, h))  # [B*T, H]
+        # 2-D matmuls: TensorFlow's CPU graph optimizer fuses each with its bias add.
+        hidden = ops.matmul(rows, weights["intermediate_kernel"].use())
+        hidden = self.intermediate.activation(hidden + weights["intermediate_bias"].use())
+        out = ops.matmul(hidden, weights["output_kernel"].use()) + weights["output_bias"].use()
+        out = self.dropout(out, training=training)  # [B*T, H]
+        ln = self.layer_norm
+        out = layer_norm_op(out + rows, ln.gamma, ln.beta, dtype, ln.epsilon)
+        return ops.reshape(out, ops.shape(x))
 
 
 def block_owners(config):
@@ -213,12 +255,21 @@ class AlbertEncoder(keras.layers.Layer):
         K << T, e.g. pretraining's masked positions).
         """
         num_layers, num_inner = self.config.num_hidden_layers, self.config.inner_group_num
+        # Each parameter set cast to the compute dtype once, for all the layers that share it.
+        attention_weights = [[b.shared_weights() for b in bs] for bs in self.attention_blocks]
+        ffn_weights = [[b.shared_weights() for b in bs] for bs in self.ffn_blocks]
         for layer in range(num_layers):
-            attention = self.attention_blocks[self.attention_owner[layer]]
-            ffn = self.ffn_blocks[self.ffn_owner[layer]]
+            owner_a, owner_f = self.attention_owner[layer], self.ffn_owner[layer]
             for i in range(num_inner):
                 last = layer == num_layers - 1 and i == num_inner - 1
-                positions = output_positions if last else None
-                x = attention[i](x, attention_bias, training=training, query_positions=positions)
-                x = ffn[i](x, training=training)
+                x = self.attention_blocks[owner_a][i](
+                    x,
+                    attention_bias,
+                    training=training,
+                    query_positions=output_positions if last else None,
+                    weights=attention_weights[owner_a][i],
+                )
+                x = self.ffn_blocks[owner_f][i](
+                    x, training=training, weights=ffn_weights[owner_f][i]
+                )
         return x

@@ -3,8 +3,10 @@
 import keras
 from keras import ops
 
-from albert.modeling.embeddings import layer_norm, truncated_normal
-from albert.modeling.encoder import activation, gather_positions
+from albert.modeling.activations import activation
+from albert.modeling.embeddings import truncated_normal
+from albert.modeling.encoder import gather_positions
+from albert.modeling.layer_norm import layer_norm
 from albert.modeling.serialization import as_config, serializable
 
 
