@@ -1,7 +1,7 @@
 """Pretraining-step throughput (MLM + SOP, forward + backward + update) beside peers.
 
     python benchmarks/bench_training.py [--config=albert/configs/albert_base_v2.json] [--seq=128]
-        [--batch=8] [--steps=5] [--rows=ours,hf,keras_hub]
+        [--batch=8] [--steps=10] [--rows=ours,hf,keras_hub]
 
 Each row runs in its own subprocess. They are started one after the other (compiling and
 warming up alone), then take turns one step at a time, `--steps` rounds, so that a slow spell of
@@ -420,7 +420,7 @@ def main():
     )
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=5, help="Timed steps (turns) per row.")
+    parser.add_argument("--steps", type=int, default=10, help="Timed steps (turns) per row.")
     parser.add_argument("--rows", default="ours,hf,keras_hub")
     parser.add_argument(
         "--row_timeout", type=int, default=600, help="Seconds for a row to build and warm up."
@@ -570,10 +570,37 @@ def ratio_lines(results, args):
         f"best ours / best peer: {ours[best_ours] / peers[best_peer]:.2f}x "
         f"({name(best_ours)} / {name(best_peer)})"
     ]
+    paired = paired_ratios(best_ours.times, best_peer.times)
+    if len(paired) >= 4:
+        low, middle, high = quartiles(paired)
+        lines.append(
+            f"  paired by turn ({len(paired)} turns): median {middle:.2f}x, middle half "
+            f"{low:.2f}x-{high:.2f}x"
+        )
     default = next((row for row in ours if row.is_auto(args)), None)
     if default is not None:
         lines.append(f"default / best peer: {ours[default] / peers[best_peer]:.2f}x")
     return "\n".join(lines)
+
+
+def paired_ratios(ours_times, peer_times):
+    """Per turn, the peer's step time over ours: each pair ran seconds apart, so a slow spell
+    of a shared machine that lasts a turn cancels out of it (it does not out of the ratio of
+    the two medians)."""
+    return [peer / mine for mine, peer in zip(ours_times, peer_times, strict=False)]
+
+
+def quartiles(values):
+    """(lower quartile, median, upper quartile), linear between the sorted values."""
+    ordered = sorted(values)
+
+    def at(q):
+        position = q * (len(ordered) - 1)
+        below = int(position)
+        above = min(below + 1, len(ordered) - 1)
+        return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
+
+    return at(0.25), at(0.5), at(0.75)
 
 
 def cpu_model():

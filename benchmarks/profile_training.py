@@ -94,6 +94,7 @@ STEP_PARTS = (
         ("lamb/", "adamw/", "clip_by_global_norm", "global_norm"),
     ),
     ("GELU", ("/Gelu",)),
+    ("weights cast once, gradients cast back", ("CastOnce",)),
     ("LayerNorm", ("LayerNorm",)),
     ("MLM head and losses", ("masked_lm_head", "SparseSoftmaxCrossEntropy", "sentence_order")),
     ("embeddings (gathers, LayerNorm, E->H)", ("embeddings/",)),

@@ -19,16 +19,18 @@ _A = 0.044715  # a
 @ops.custom_gradient
 def gelu_tanh(x):
     """0.5 x (1 + tanh(c (x + a x^3))) = x sigmoid(z), z = 2 c x (1 + a x^2); any shape."""
-    x2 = ops.square(x)
-    s = ops.sigmoid(x * ((2 * _C) + (2 * _C * _A) * x2))
-    y = x * s
+    with keras.name_scope("Gelu"):  # the profiler's name for these ops
+        x2 = ops.square(x)
+        s = ops.sigmoid(x * ((2 * _C) + (2 * _C * _A) * x2))
+        y = x * s
 
     def grad(*args, upstream=None):
         if upstream is None:  # TensorFlow passes it positionally, JAX by name
             (upstream,) = args
-        # dy/dx = s + x s (1 - s) dz/dx = s + y (1 - s) (2 c + 6 c a x^2)
-        dz_dx = (2 * _C) + (6 * _C * _A) * x2
-        return upstream * (s + y * (1.0 - s) * dz_dx)
+        with keras.name_scope("Gelu_grad"):
+            # dy/dx = s + x s (1 - s) dz/dx = s + y (1 - s) (2 c + 6 c a x^2)
+            dz_dx = (2 * _C) + (6 * _C * _A) * x2
+            return upstream * (s + y * (1.0 - s) * dz_dx)
 
     return y, grad
 

@@ -40,27 +40,29 @@ def layer_norm_op(x, gamma, beta, dtype, epsilon=EPSILON):
 
     @ops.custom_gradient
     def normalize(x, gamma, beta):
-        x32 = ops.cast(x, "float32")
-        mean = ops.mean(x32, axis=-1, keepdims=True)  # [M, 1]
-        centered = x32 - mean
-        variance = ops.mean(ops.square(centered), axis=-1, keepdims=True)
-        inverse_std = ops.rsqrt(variance + epsilon)  # [M, 1]
-        normalized = centered * inverse_std  # [M, H]
-        y = ops.cast(normalized * gamma + beta, dtype)
+        with keras.name_scope("LayerNorm"):  # the profiler's name for these ops
+            x32 = ops.cast(x, "float32")
+            mean = ops.mean(x32, axis=-1, keepdims=True)  # [M, 1]
+            centered = x32 - mean
+            variance = ops.mean(ops.square(centered), axis=-1, keepdims=True)
+            inverse_std = ops.rsqrt(variance + epsilon)  # [M, 1]
+            normalized = centered * inverse_std  # [M, H]
+            y = ops.cast(normalized * gamma + beta, dtype)
 
         def grad(*args, upstream=None):
             if upstream is None:  # TensorFlow passes it positionally, JAX by name
                 (upstream,) = args
-            dy = ops.cast(upstream, "float32")
-            dgamma = ops.sum(dy * normalized, axis=0)
-            dbeta = ops.sum(dy, axis=0)
-            g = dy * gamma  # d loss / d normalized
-            dx = inverse_std * (
-                g
-                - ops.mean(g, axis=-1, keepdims=True)
-                - normalized * ops.mean(g * normalized, axis=-1, keepdims=True)
-            )
-            return ops.cast(dx, x.dtype), dgamma, dbeta
+            with keras.name_scope("LayerNorm_grad"):
+                dy = ops.cast(upstream, "float32")
+                dgamma = ops.sum(dy * normalized, axis=0)
+                dbeta = ops.sum(dy, axis=0)
+                g = dy * gamma  # d loss / d normalized
+                dx = inverse_std * (
+                    g
+                    - ops.mean(g, axis=-1, keepdims=True)
+                    - normalized * ops.mean(g * normalized, axis=-1, keepdims=True)
+                )
+                return ops.cast(dx, x.dtype), dgamma, dbeta
 
         return y, grad
 

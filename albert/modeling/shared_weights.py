@@ -55,15 +55,16 @@ class CastOnce:
             def grad(*args, upstream=None):
                 if upstream is None:  # TensorFlow passes it positionally, JAX by name
                     (upstream,) = args
-                parts = [upstream]
-                if len(sizes) > 1:
-                    bounds = [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)]
-                    parts = ops.split(upstream, bounds, axis=-1)
-                grads = [
-                    ops.cast(_scaled(part, scale), source.dtype)
-                    for part, scale, source in zip(parts, scales, sources, strict=True)
-                ]
-                return (None, *grads)
+                with keras.name_scope("CastOnce_grad"):
+                    parts = [upstream]
+                    if len(sizes) > 1:
+                        bounds = [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)]
+                        parts = ops.split(upstream, bounds, axis=-1)
+                    grads = [
+                        ops.cast(_scaled(part, scale), source.dtype)
+                        for part, scale, source in zip(parts, scales, sources, strict=True)
+                    ]
+                    return (None, *grads)
 
             return packed, grad
 
