@@ -12,6 +12,8 @@ import math
 import keras
 from keras import ops
 
+from albert.modeling.shared_weights import upstream_gradient
+
 _C = math.sqrt(2.0 / math.pi)  # c
 _A = 0.044715  # a
 
@@ -25,8 +27,7 @@ def gelu_tanh(x):
         y = x * s
 
     def grad(*args, upstream=None):
-        if upstream is None:  # TensorFlow passes it positionally, JAX by name
-            (upstream,) = args
+        upstream = upstream_gradient(args, upstream)
         with keras.name_scope("Gelu_grad"):
             # dy/dx = s + x s (1 - s) dz/dx = s + y (1 - s) (2 c + 6 c a x^2)
             dz_dx = (2 * _C) + (6 * _C * _A) * x2

@@ -10,19 +10,16 @@ import keras
 from keras import ops
 
 from albert.modeling.serialization import serializable
-from albert.modeling.shared_weights import read
+from albert.modeling.shared_weights import UncastWeights, read, upstream_gradient
 
 # As the original (TF's default for BERT).
 EPSILON = 1e-12
 
 
 @serializable
-class LayerNorm(keras.layers.LayerNormalization):
+class LayerNorm(UncastWeights, keras.layers.LayerNormalization):
     """`keras.layers.LayerNormalization` whose gamma / beta are read as stored (float32) from
     any autocast scope: `layer_norm_op` takes them from a bfloat16 block."""
-
-    def add_weight(self, *args, **kwargs):
-        return super().add_weight(*args, **{**kwargs, "autocast": False})
 
 
 def layer_norm(name):
@@ -50,10 +47,8 @@ def layer_norm_op(x, gamma, beta, dtype, epsilon=EPSILON):
             y = ops.cast(normalized * gamma + beta, dtype)
 
         def grad(*args, upstream=None):
-            if upstream is None:  # TensorFlow passes it positionally, JAX by name
-                (upstream,) = args
             with keras.name_scope("LayerNorm_grad"):
-                dy = ops.cast(upstream, "float32")
+                dy = ops.cast(upstream_gradient(args, upstream), "float32")
                 dgamma = ops.sum(dy * normalized, axis=0)
                 dbeta = ops.sum(dy, axis=0)
                 g = dy * gamma  # d loss / d normalized

@@ -18,13 +18,26 @@ from keras import ops
 from albert.modeling.serialization import serializable
 
 
-@serializable
-class UncastDense(keras.layers.Dense):
-    """`keras.layers.Dense` whose kernel and bias are read as stored (float32) under a mixed
-    dtype policy, for the encoder's blocks, which cast them once per forward pass."""
+class UncastWeights:
+    """Mixin for a Keras layer: its variables are made with `autocast=False`, so a read gives
+    the stored value inside any autocast scope."""
 
     def add_weight(self, *args, **kwargs):
         return super().add_weight(*args, **{**kwargs, "autocast": False})
+
+
+@serializable
+class UncastDense(UncastWeights, keras.layers.Dense):
+    """`keras.layers.Dense` whose kernel and bias are read as stored (float32) under a mixed
+    dtype policy, for the encoder's blocks, which cast them once per forward pass."""
+
+
+def upstream_gradient(args, upstream):
+    """The upstream gradient a `keras.ops.custom_gradient` function's `grad` receives:
+    TensorFlow passes it positionally, JAX by name."""
+    if upstream is None:
+        (upstream,) = args
+    return upstream
 
 
 class CastOnce:
@@ -53,8 +66,7 @@ class CastOnce:
         @ops.custom_gradient
         def reuse(packed, *sources):
             def grad(*args, upstream=None):
-                if upstream is None:  # TensorFlow passes it positionally, JAX by name
-                    (upstream,) = args
+                upstream = upstream_gradient(args, upstream)
                 with keras.name_scope("CastOnce_grad"):
                     parts = [upstream]
                     if len(sizes) > 1:
