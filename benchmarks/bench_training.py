@@ -23,6 +23,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import resource
 import select
 import subprocess
@@ -337,7 +338,11 @@ def serve(args, config_values):
         step()
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
-        if line.strip() != "step":
+        command, _, log_dir = line.strip().partition(" ")
+        if command == "profile":
+            print(json.dumps({"profile": profile_row(step, log_dir)}), flush=True)
+            continue
+        if command != "step":
             break
         start = time.perf_counter()
         step()
@@ -346,12 +351,26 @@ def serve(args, config_values):
     print(json.dumps({"peak_mib": peak_mib}), flush=True)
 
 
+def profile_row(step, log_dir, steps=2):
+    """A row's device time by kind of op (`device_profile`), for rows running Keras on JAX; None
+    for the others (TensorFlow's and PyTorch's profilers are not wired in)."""
+    if "jax" not in sys.modules or os.environ.get("KERAS_BACKEND") != "jax":
+        return None
+    import device_profile
+
+    try:
+        return device_profile.trace_steps(step, steps, log_dir)
+    except Exception as error:  # a failed profile must not lose the measured table
+        return {"error": f"{type(error).__name__}: {error}"[:200]}
+
+
 class Row:
     """One row's subprocess, spoken to one JSON line at a time."""
 
     def __init__(self, which, label, precision, args, jit=-1):
         self.which, self.label, self.precision, self.jit = which, label, precision, jit
         self.times, self.error, self.peak_mib = [], None, None
+        self.started, self.build_seconds = time.monotonic(), None
         self.log = tempfile.TemporaryFile("w+")
         command = [sys.executable, __file__, f"--one={which}", f"--precision={precision}"]
         command += [f"--jit={jit}", f"--device={args.device}"]
@@ -403,6 +422,13 @@ class Row:
         if reply:
             self.times.append(reply["seconds"])
         return reply
+
+    def profile(self, log_dir, timeout):
+        """The row's `profile_row` summary (None for rows it does not cover)."""
+        self.process.stdin.write(f"profile {log_dir}\n")
+        self.process.stdin.flush()
+        reply = self.read(timeout)
+        return reply and reply["profile"]
 
     def finish(self):
         if self.process.poll() is None:
@@ -465,6 +491,18 @@ def main():
         choices=(0, 1),
         help="Build and warm up every row at once (default: 1 on --device=gpu, else 0).",
     )
+    parser.add_argument(
+        "--deadline_seconds",
+        type=float,
+        default=0,
+        help="Wall-clock budget of the whole run (0: none): rows still building then are "
+        "reported as timed out, and the turns stop early rather than overrun it.",
+    )
+    parser.add_argument(
+        "--profile_dir",
+        help="After the turns, trace two steps of each row that runs Keras on JAX with "
+        "jax.profiler into this folder and print its device time by kind of op.",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--precision", default="float32", help=argparse.SUPPRESS)
     parser.add_argument("--jit", type=int, default=1, help=argparse.SUPPRESS)
@@ -498,19 +536,21 @@ def compare(args, config_values):
             sys.exit("--device=gpu: nvidia-smi finds no NVIDIA GPU here.")
         print(f"GPU: {name}, bf16 peak {peak or 'unknown (pass --peak_tflops)'} TFLOP/s")
     print()
+    clock = Clock(args.deadline_seconds)
     rows, started = [], []
     for which, label, precision, jit in planned_rows(args):
         started.append(Row(which, label, precision, args, jit))
         if not args.parallel_start:
-            rows += wait_ready(started[-1:], args)
+            rows += wait_ready(started[-1:], args, clock)
     if args.parallel_start:  # the rows compile at once (a GPU machine's many cores)
-        rows = wait_ready(started, args)
-    for _ in range(args.steps):
-        for row in rows:
-            slow = row.times and row.times[-1] > args.max_step_seconds
-            if not row.error and not slow:
-                time.sleep(args.settle_seconds)  # the previous row's threads go idle
-                row.step(args.max_step_seconds * 5)
+        rows = wait_ready(started, args, clock)
+    built = ", ".join(f"{row.label} {row.build_seconds:.0f} s" for row in rows)
+    print(f"built and warmed up in: {built or 'none'}")
+    turns = take_turns(rows, args, clock)
+    if turns < args.steps:
+        print(f"stopped after {turns} of {args.steps} turns: --deadline_seconds")
+    if args.profile_dir:
+        print_profiles(rows, args, clock)
     flops = model_flops(config_values, args.batch, args.seq, PREDICTIONS)
     mfu_header = f" {'MFU':>6s}" if gpu else ""
     print(f"{'implementation':36s} {'precision':10s} {'seq/s':>7s} {'peak RSS':>10s}{mfu_header}")
@@ -539,16 +579,66 @@ def compare(args, config_values):
     print(ratio_lines(results, args))
 
 
-def wait_ready(started, args):
-    """The rows of `started` that build and warm up within `--row_timeout` seconds."""
+class Clock:
+    """Seconds left of `--deadline_seconds` (unbounded when it is 0)."""
+
+    def __init__(self, budget):
+        self.end = self.now() + budget if budget > 0 else None
+
+    def now(self):
+        return time.monotonic()
+
+    def left(self):
+        return float("inf") if self.end is None else self.end - self.now()
+
+
+def wait_ready(started, args, clock):
+    """The rows of `started` that build and warm up within `--row_timeout` seconds (and the
+    deadline)."""
     ready = []
-    deadline = time.monotonic() + args.row_timeout
+    deadline = time.monotonic() + min(args.row_timeout, clock.left())
     for row in started:
         if row.read(max(1.0, deadline - time.monotonic())):
+            row.build_seconds = time.monotonic() - row.started
             ready.append(row)
         else:
             print(f"{row.name(args):36s} {row.precision:10s} {row.error}")
     return ready
+
+
+def take_turns(rows, args, clock):
+    """Up to `--steps` turns of one step per row; a turn starts only when the clock leaves
+    time for one more as long as the longest so far. Returns the turns taken."""
+    longest = 0.0
+    for turn in range(args.steps):
+        if clock.left() < 1.5 * longest:
+            return turn
+        started = clock.now()
+        for row in rows:
+            slow = row.times and row.times[-1] > args.max_step_seconds
+            if not row.error and not slow:
+                time.sleep(args.settle_seconds)  # the previous row's threads go idle
+                row.step(args.max_step_seconds * 5)
+        longest = max(longest, clock.now() - started)
+    return args.steps
+
+
+def print_profiles(rows, args, clock):
+    """Each JAX row's device time by kind of op (`--profile_dir`), while the clock allows."""
+    for row in rows:
+        step = max(row.times or [0.0])
+        if row.error or clock.left() < 10 * step + 15:
+            continue
+        folder = os.path.join(args.profile_dir, re.sub(r"[^\w.-]+", "_", row.label).strip("_"))
+        summary = row.profile(folder, timeout=max(30.0, 20 * step))
+        if summary and "error" in summary:
+            print(f"{row.label}: profile failed ({summary['error']})")
+        elif summary:
+            import device_profile
+
+            print("\n".join(device_profile.summary_lines(row.label, summary)))
+            print(f"  trace: {folder}")
+    print()
 
 
 def mfu_percent(flops, rate, batch, peak):

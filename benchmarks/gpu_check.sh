@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# One call on a machine with one NVIDIA GPU: throughput, then correctness.
+# One call on a machine with one NVIDIA GPU: correctness, then throughput.
 #
 #   bash benchmarks/gpu_check.sh [--steps=10]
 #
-# 1. benchmarks/bench_training.py --device=gpu for ALBERT-base and ALBERT-large at seq 512,
-#    global batch 32: ours (bf16, XLA) against HF transformers (CUDA, bf16 autocast) and
-#    keras-hub (bf16, XLA), seq/s and model FLOPs utilisation against the card's bf16 peak
-#    (H100/H200 SXM: 989 TFLOP/s dense). The rows build at once, then take turns.
-# 2. benchmarks/gpu_loss_check.py: 200 steps of our pretraining step on the tiny config with
+# 1. benchmarks/gpu_loss_check.py: 200 steps of our pretraining step on the tiny config with
 #    XLA and bf16 on the GPU; the loss must fall and the first steps match float32 on the CPU
 #    (the same backend there, and TensorFlow's Trainer through gpu_reference_losses.json).
+# 2. benchmarks/bench_training.py --device=gpu for ALBERT-base and ALBERT-large at seq 512,
+#    global batch 32: ours (bf16, XLA) against HF transformers (CUDA, bf16 autocast) and
+#    keras-hub (bf16, XLA), seq/s and model FLOPs utilisation against the card's bf16 peak
+#    (H100/H200 SXM: 989 TFLOP/s dense). The rows build at once, then take turns; for
+#    ALBERT-base, two steps of each JAX row are then traced (benchmarks/device_profile.py)
+#    into $OUT/gpu_profile (or /tmp) and summarised by kind of op.
+# The script keeps within GPU_CHECK_SECONDS (default 225): the loss check gets a third, each
+# benchmark an equal share of what is left (7/8 of it as its deadline: it stops taking turns,
+# or reports a row still building as timed out, rather than overrun it).
 #
 # Our rows run under TensorFlow when it sees the GPU, else under Keras' JAX backend (the lent
 # GPU machines hold JAX and PyTorch with CUDA but no TensorFlow, and reach no registry).
@@ -22,6 +27,8 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2 XLA_PYTHON_CLIENT_PREALLOCATE=false
 python=${PYTHON:-python3}
 steps=${1:---steps=10}
+# The whole call, installs included, must end within 4 minutes on an H100 (one device call).
+budget=${GPU_CHECK_SECONDS:-225}
 
 if compgen -G ".whl/*.whl" >/dev/null; then
   "$python" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
@@ -40,10 +47,26 @@ fi
 'jax', jax.__version__, jax.devices())" 2>&1 | tail -1
 
 status=0
-for config in albert_base_v2 albert_large_v2; do
-  timeout 150 "$python" benchmarks/bench_training.py --device=gpu \
+# Correctness first, then the two benchmarks share what is left of the budget: each stops its
+# turns (or reports a row still building as timed out) rather than overrun its share.
+timeout $((budget / 3)) "$python" benchmarks/gpu_loss_check.py --steps=200 || status=1
+echo "gpu_check: loss check done at ${SECONDS} s"
+configs=(albert_base_v2 albert_large_v2)
+for index in "${!configs[@]}"; do
+  config=${configs[$index]}
+  share=$(( (budget - SECONDS) / (${#configs[@]} - index) ))
+  if [ "$share" -lt 20 ]; then
+    echo "gpu_check: ${config} skipped, ${share} s left for it"
+    status=1
+    continue
+  fi
+  # The first benchmark also traces two steps of each JAX row: where ours' device time goes.
+  profile=()
+  [ "$index" = 0 ] && profile=(--profile_dir="${OUT:-/tmp}/gpu_profile/${config}")
+  timeout "$share" "$python" benchmarks/bench_training.py --device=gpu \
     --config="albert/configs/${config}.json" --seq=512 --batch=32 "$steps" \
-    --settle_seconds=0.2 --row_timeout=110 || status=1
+    --settle_seconds=0.2 --deadline_seconds=$((share - share / 8)) "${profile[@]}" || status=1
+  echo "gpu_check: ${config} done at ${SECONDS} s"
 done
-timeout 120 "$python" benchmarks/gpu_loss_check.py --steps=200 || status=1
+echo "gpu_check: ${SECONDS} s in all (budget ${budget} s)"
 exit $status

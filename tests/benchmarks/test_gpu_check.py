@@ -7,6 +7,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -99,3 +100,45 @@ def test_device_gpu_without_a_gpu_says_so():
     )
     assert done.returncode == 1
     assert "--device=gpu: nvidia-smi finds no NVIDIA GPU here." in done.stderr
+
+
+@pytest.mark.slow
+def test_gpu_check_keeps_within_its_budget_when_every_part_overruns(tmp_path):
+    # Stand-ins: nvidia-smi names an H100; "python" runs the loss check and both benchmarks as
+    # processes that never end on their own. The script must still end within its budget.
+    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 81559 MiB'\n")
+    (tmp_path / "python").write_text(
+        '#!/bin/sh\ncase "$*" in *.py*) echo "ran $*" >> "$CALLS"; exec sleep 1000;; esac\n'
+    )
+    for stub in ("nvidia-smi", "python"):
+        (tmp_path / stub).chmod(0o755)
+    calls = tmp_path / "calls"
+    env = dict(
+        os.environ,
+        PATH=f"{tmp_path}:{os.environ['PATH']}",
+        PYTHON=str(tmp_path / "python"),
+        GPU_CHECK_SECONDS="60",
+        CALLS=str(calls),
+        OUT=str(tmp_path / "out"),
+    )
+    env.pop("KERAS_BACKEND", None)
+    start = time.monotonic()
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    elapsed = time.monotonic() - start
+    assert done.returncode == 1, done.stdout + done.stderr  # every part timed out
+    assert elapsed < 65, done.stdout
+    ran = calls.read_text().splitlines()
+    assert len(ran) == 3 and "gpu_loss_check.py --steps=200" in ran[0], ran
+    # The loss check takes its third (20 s); the benchmarks split the rest, 20 s each, and
+    # are told 7/8 of it as their deadline.
+    assert "albert_base_v2.json" in ran[1] and "--deadline_seconds=18" in ran[1]
+    assert f"--profile_dir={tmp_path}/out/gpu_profile/albert_base_v2" in ran[1]
+    assert "albert_large_v2.json" in ran[2] and "--profile_dir" not in ran[2]
+    assert "gpu_check: " in done.stdout and "in all (budget 60 s)" in done.stdout

@@ -1,0 +1,108 @@
+"""benchmarks/device_profile.py: device time by kind of op from a jax.profiler trace, and the
+training benchmark's deadline (the GPU check must finish in its 4 minutes)."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import types
+
+import pytest
+
+from albert import configs
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_training  # noqa: E402
+import device_profile  # noqa: E402
+
+
+def _gpu_trace():
+    """A trace shaped like jax.profiler's on a GPU: a host process, and the GPU's process with
+    two kernel streams and an "XLA Ops" line that repeats the kernels' time."""
+
+    def meta(pid, tid, kind, name):
+        event = {"ph": "M", "pid": pid, "name": kind, "args": {"name": name}}
+        return event if tid is None else dict(event, tid=tid)
+
+    def op(pid, tid, name, dur, **args):
+        return {"ph": "X", "pid": pid, "tid": tid, "ts": 0, "dur": dur, "name": name, "args": args}
+
+    events = [
+        meta(1, None, "process_name", "/host:CPU"),
+        meta(1, 10, "thread_name", "python"),
+        meta(2, None, "process_name", "/device:GPU:0"),
+        meta(2, 7, "thread_name", "Stream #7(Compute)"),
+        meta(2, 8, "thread_name", "Stream #8(MemcpyH2D)"),
+        meta(2, 99, "thread_name", "XLA Ops"),
+        op(1, 10, "PjitFunction(step)", 50_000),
+        op(2, 7, "sm90_xmma_gemm_bf16bf16_bf16f32", 3000, hlo_op="custom-call.3"),
+        op(2, 7, "nvjet_hsh_128x256", 1000, hlo_op="custom-call.9"),
+        op(2, 7, "loop_multiply_fusion.12", 500, hlo_op="fusion.12"),
+        op(2, 7, "loop_multiply_fusion.13", 300, hlo_op="fusion.13"),
+        op(2, 7, "input_reduce_fusion.2", 400, hlo_op="fusion.2"),
+        op(2, 7, "transpose_kernel", 600),
+        op(2, 8, "MemcpyH2D", 200),
+        op(2, 7, "scatter_kernel", 100, long_name="scatter.1 = f32[30000,128] scatter(...)"),
+        op(2, 7, "mystery", 100),
+        op(2, 99, "custom-call.3", 3000),  # the same time again, grouped by HLO op
+    ]
+    return {"traceEvents": events}
+
+
+def test_summary_counts_the_gpu_streams_once_by_kind_per_step():
+    summary = device_profile.summarize(_gpu_trace(), steps=2)
+    # 6.2 ms of kernels over 2 steps; the host's 50 ms and the "XLA Ops" copy are not counted.
+    assert summary["device_ms_per_step"] == pytest.approx(3.1)
+    assert summary["kinds"] == {
+        "matmul": 2.0,
+        "copy/transpose": 0.4,
+        "elementwise fusion": 0.4,
+        "reduce": 0.2,
+        "gather/scatter": 0.05,
+        "other": 0.05,
+    }
+    top = summary["top"]
+    assert top[0] == ["sm90_xmma_gemm_bf16bf16_bf16f32", 1.5, 0.5]
+    assert ["loop_multiply_fusion", 0.4, 1.0] in top  # fusion.12 and .13: one kind of op
+    lines = device_profile.summary_lines("ours", summary)
+    assert lines[0] == "ours: 3.1 ms of device time per step"
+    assert lines[1].startswith("  matmul 2.0, ") and "reduce 0.2" in lines[1]
+
+
+def test_the_turns_stop_before_the_deadline():
+    class FakeRow:
+        error, times = None, []
+
+        def step(self, timeout):
+            now[0] += 10.0
+
+    now = [0.0]
+    clock = types.SimpleNamespace(now=lambda: now[0], left=lambda: 65.0 - now[0])
+    args = types.SimpleNamespace(steps=10, max_step_seconds=120, settle_seconds=0)
+    # Turns of 20 s (two rows of 10 s) in 65 s: after two turns 25 s are left, under 1.5 turns.
+    assert bench_training.take_turns([FakeRow(), FakeRow()], args, clock) == 2
+    now[0] = 0.0
+    unbounded = types.SimpleNamespace(now=lambda: now[0], left=lambda: float("inf"))
+    assert bench_training.take_turns([FakeRow()], args, unbounded) == 10
+
+
+@pytest.mark.slow
+def test_bench_profiles_our_jax_row_on_the_cpu(tmp_path):
+    pytest.importorskip("jax")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    command = [sys.executable, str(ROOT / "benchmarks" / "bench_training.py")]
+    command += [f"--config={configs.path('albert_tiny')}", "--seq=32", "--batch=2"]
+    command += ["--rows=ours", "--precisions=float32", "--ours_backend=jax", "--steps=2"]
+    command += [f"--profile_dir={tmp_path}", "--settle_seconds=0", "--deadline_seconds=300"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.search(r"built and warmed up in: ours \(Keras on JAX, LAMB, XLA\) \d+ s", done.stdout)
+    profile = re.search(
+        r"ours \(Keras on JAX, LAMB, XLA\): ([\d.]+) ms of device time", done.stdout
+    )
+    assert profile and float(profile.group(1)) > 0, done.stdout
+    assert list(tmp_path.glob("*/**/perfetto_trace.json.gz")), done.stdout
+    assert re.search(r"ours \(Keras on JAX, LAMB, XLA\) \*\s+float32\s+[\d.]+", done.stdout)
