@@ -25,9 +25,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import bench_training  # noqa: E402
+import training_rows  # noqa: E402
 
-ROOT = bench_training.ROOT
+ROOT = training_rows.ROOT
 
 
 def training_flops(config, batch, seq, predictions):
@@ -177,8 +177,8 @@ def main():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with open(args.config) as f:
         config = json.load(f)
-    step = bench_training.RUNNERS["ours"](args, config)
-    for _ in range(bench_training.WARMUP_STEPS):
+    step = training_rows.RUNNERS["ours"](args, config)
+    for _ in range(training_rows.WARMUP_STEPS):
         step()
     import tensorflow as tf
 
@@ -190,7 +190,7 @@ def main():
     seconds = (time.perf_counter() - start) / args.steps
     tf.profiler.experimental.stop()
 
-    flops = training_flops(config, args.batch, args.seq, bench_training.PREDICTIONS)
+    flops = training_flops(config, args.batch, args.seq, training_rows.PREDICTIONS)
     xla = "XLA" if args.jit else "no XLA"
     print(
         f"{os.path.basename(args.config)}, batch {args.batch}, seq {args.seq}, "
