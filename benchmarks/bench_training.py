@@ -256,7 +256,7 @@ def compare(args, config_values):
             rows += wait_ready(started[-1:], args, clock)
     if args.parallel_start:  # the rows compile at once (a GPU machine's many cores)
         rows = wait_ready(started, args, clock)
-    built = ", ".join(f"{row.label} {row.build_seconds:.0f} s" for row in rows)
+    built = ", ".join(f"{row.label} {row.precision} {row.build_seconds:.0f} s" for row in rows)
     print(f"built and warmed up in: {built or 'none'}")
     turns = take_turns(rows, args, clock)
     if turns < args.steps:

@@ -61,13 +61,9 @@ def device_ops(trace):
             ).startswith("Stream")
     else:
 
-        def keep(event):
+        def keep(event):  # XLA:CPU runs ops on its client's and its Eigen pool's threads
             thread = threads.get((event["pid"], event.get("tid")), "")
-            return (
-                "XLA" in thread
-                and "PjRt" not in thread
-                and not _CPU_BOOKKEEPING.match(event["name"])
-            )
+            return "XLA" in thread and not _CPU_BOOKKEEPING.match(event["name"])
 
     ops = []
     for event in events:

@@ -55,7 +55,7 @@ configs=(albert_base_v2 albert_large_v2)
 for index in "${!configs[@]}"; do
   config=${configs[$index]}
   share=$(( (budget - SECONDS) / (${#configs[@]} - index) ))
-  if [ "$share" -lt 10 ]; then
+  if [ "$share" -lt 5 ]; then
     echo "gpu_check: ${config} skipped, ${share} s left for it"
     status=1
     continue
