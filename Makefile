@@ -1,15 +1,17 @@
 # `make test` is the full check (CI runs it): lint, format check, then the whole test suite,
 # the slow tier included (tests/test_packaging.py builds the wheel and installs it into a fresh
 # virtual environment from the package registry: about two minutes).
+# Tests run in parallel processes (pytest-xdist), one per core, at most 4: every test's
+# subprocesses and TensorFlow threads stay within what a small machine holds.
 # `make test-fast` is for the edit-test loop: the tests not marked `slow`, without the lint step.
 .PHONY: test test-fast lint format
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 test: lint
-	python -m pytest
+	python -m pytest -n auto --maxprocesses=4
 
 test-fast:
-	python -m pytest -m "not slow"
+	python -m pytest -m "not slow" -n auto --maxprocesses=4
 
 lint:
 	ruff check .
