@@ -142,11 +142,11 @@ class Row:
         reply = self.read(timeout)
         return reply and reply["profile"]
 
-    def finish(self):
+    def finish(self, timeout=60):
         if self.process.poll() is None:
             self.process.stdin.write("quit\n")
             self.process.stdin.flush()
-            reply = self.read(60)
+            reply = self.read(timeout)
             self.peak_mib = reply and reply["peak_mib"]
         self.process.wait()
 
@@ -268,7 +268,7 @@ def compare(args, config_values):
     print(f"{'implementation':36s} {'precision':10s} {'seq/s':>7s} {'peak RSS':>10s}{mfu_header}")
     results = {}
     for row in rows:
-        row.finish()
+        row.finish(timeout=max(5.0, min(60.0, clock.left())))  # its peak memory
         if not row.times:
             print(f"{row.name(args):36s} {row.precision:10s} {row.error}")
             continue
