@@ -47,8 +47,7 @@ fi
 'jax', jax.__version__, jax.devices())" 2>&1 | tail -1
 
 status=0
-# Correctness first, then the two benchmarks share what is left of the budget: each stops its
-# turns (or reports a row still building as timed out) rather than overrun its share.
+# The budget's split: see the header.
 timeout $((budget / 3)) "$python" benchmarks/gpu_loss_check.py --steps=200 || status=1
 echo "gpu_check: loss check done at ${SECONDS} s"
 configs=(albert_base_v2 albert_large_v2)
