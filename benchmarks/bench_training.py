@@ -3,9 +3,12 @@
     python benchmarks/bench_training.py [--config=albert/configs/albert_base_v2.json] [--seq=128]
         [--batch=8] [--steps=10] [--rows=ours,hf,keras_hub]
 
-Each row runs in its own subprocess. They are started one after the other (compiling and
-warming up alone), then take turns one step at a time, `--steps` rounds, so that a slow spell of
-a shared machine hits every row alike; each row reports the median of its step times:
+Each row runs in its own subprocess. They are started one after the other (on a GPU, all at
+once, but each compiles and warms up alone, so that XLA's autotuning times its kernels on a
+quiet card), then take turns one step at a time, `--steps` rounds, so that a slow spell of
+a shared machine hits every row alike; each row reports the median of its step times.
+A row that ran out of memory beside the others is run again alone once they have quit, and
+marked so:
 - ours: `albert.training.steps.Trainer` (the engine run_pretraining.py uses: LAMB, global-norm
   clipping, MLM gathered at 20 positions + SOP), one step per host call: float32 with XLA,
   bfloat16 with and without XLA (`--ours_paths=all` adds float32 without). The row marked `*`
@@ -21,6 +24,8 @@ turns and reports the steps it ran.
 """
 
 import argparse
+import contextlib
+import fcntl
 import importlib.util
 import json
 import os
@@ -46,8 +51,9 @@ from training_rows import (
 def serve(args, config_values):
     """The row process: build, warm up, then run one step per `step` line on stdin."""
     step = RUNNERS[args.one](args, config_values)
-    for _ in range(WARMUP_STEPS):
-        step()
+    with warmup_turn(args.warmup_lock):  # the first step compiles (and autotunes)
+        for _ in range(WARMUP_STEPS):
+            step()
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         command, _, log_dir = line.strip().partition(" ")
@@ -63,6 +69,21 @@ def serve(args, config_values):
     print(json.dumps({"peak_mib": peak_mib}), flush=True)
 
 
+@contextlib.contextmanager
+def warmup_turn(lock_path):
+    """Holds `lock_path` (an flock shared by the rows that start at once) while the row compiles
+    and warms up, so that no other row's kernels run during its autotuning; a no-op for None."""
+    if not lock_path:
+        yield
+        return
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def profile_row(step, log_dir, steps=2):
     """A row's device time by kind of op (`device_profile`), for rows running Keras on JAX; None
     for the others (TensorFlow's and PyTorch's profilers are not wired in)."""
@@ -76,17 +97,24 @@ def profile_row(step, log_dir, steps=2):
         return {"error": f"{type(error).__name__}: {error}"[:200]}
 
 
+# How JAX/XLA, PyTorch and TensorFlow say that the device ran out of memory.
+OUT_OF_MEMORY = re.compile(r"RESOURCE_EXHAUSTED|out of memory|OutOfMemoryError|\bOOM\b", re.I)
+
+
 class Row:
     """One row's subprocess, spoken to one JSON line at a time."""
 
-    def __init__(self, which, label, precision, args, jit=-1):
+    def __init__(self, which, label, precision, args, jit=-1, warmup_lock=None):
         self.which, self.label, self.precision, self.jit = which, label, precision, jit
         self.times, self.error, self.peak_mib = [], None, None
         self.started, self.build_seconds = time.monotonic(), None
+        self.alone = False  # run again alone after running out of memory beside the others
         self.log = tempfile.TemporaryFile("w+")
         command = [sys.executable, __file__, f"--one={which}", f"--precision={precision}"]
         command += [f"--jit={jit}", f"--device={args.device}"]
         command += [f"--config={args.config}", f"--seq={args.seq}", f"--batch={args.batch}"]
+        if warmup_lock:
+            command.append(f"--warmup_lock={warmup_lock}")
         env = dict(os.environ)
         if args.device == "gpu":
             # Rows share the card: TensorFlow and JAX must not each take all of its memory.
@@ -111,6 +139,12 @@ class Row:
 
     def name(self, args):
         return self.label + (" *" if self.is_auto(args) else "")
+
+    def out_of_memory(self):
+        """Whether the row failed for want of (device) memory, by the end of its log."""
+        self.log.seek(0)
+        tail = "\n".join(self.log.read().splitlines()[-30:])
+        return bool(self.error) and bool(OUT_OF_MEMORY.search(tail))
 
     def read(self, timeout):
         """The next JSON line, or None (with `error` set) on a timeout or an exit."""
@@ -201,7 +235,8 @@ def main():
         "--parallel_start",
         type=int,
         choices=(0, 1),
-        help="Build and warm up every row at once (default: 1 on --device=gpu, else 0).",
+        help="Start every row at once, each still compiling and warming up alone (default: 1 "
+        "on --device=gpu, else 0).",
     )
     parser.add_argument(
         "--deadline_seconds",
@@ -216,6 +251,7 @@ def main():
         "jax.profiler into this folder and print its device time by kind of op.",
     )
     parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--warmup_lock", help=argparse.SUPPRESS)
     parser.add_argument("--precision", default="float32", help=argparse.SUPPRESS)
     parser.add_argument("--jit", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -250,8 +286,9 @@ def compare(args, config_values):
     print()
     clock = Clock(args.deadline_seconds)
     rows, started = [], []
+    lock = os.path.join(tempfile.mkdtemp(), "warmup.lock") if args.parallel_start else None
     for which, label, precision, jit in planned_rows(args):
-        started.append(Row(which, label, precision, args, jit))
+        started.append(Row(which, label, precision, args, jit, warmup_lock=lock))
         if not args.parallel_start:
             rows += wait_ready(started[-1:], args, clock)
     if args.parallel_start:  # the rows compile at once (a GPU machine's many cores)
@@ -263,12 +300,14 @@ def compare(args, config_values):
         print(f"stopped after {turns} of {args.steps} turns: --deadline_seconds")
     if args.profile_dir:
         print_profiles(rows, args, clock)
+    for row in rows:
+        row.finish(timeout=max(5.0, min(60.0, clock.left())))  # its peak memory
+    rows = run_alone(started, rows, args, clock)
     flops = model_flops(config_values, args.batch, args.seq, PREDICTIONS)
     mfu_header = f" {'MFU':>6s}" if gpu else ""
     print(f"{'implementation':36s} {'precision':10s} {'seq/s':>7s} {'peak RSS':>10s}{mfu_header}")
     results = {}
     for row in rows:
-        row.finish(timeout=max(5.0, min(60.0, clock.left())))  # its peak memory
         if not row.times:
             print(f"{row.name(args):36s} {row.precision:10s} {row.error}")
             continue
@@ -277,6 +316,7 @@ def compare(args, config_values):
             print(" ".join(f"{t:.2f}" for t in row.times))
         results[row] = rate
         note = f"  ({len(row.times)} steps)" if len(row.times) < args.steps else ""
+        note += "  (alone: out of memory beside the others)" if row.alone else ""
         memory = f"{row.peak_mib:7.0f} MiB" if row.peak_mib else "    n/a"
         mfu = ""
         if gpu:
@@ -335,6 +375,25 @@ def take_turns(rows, args, clock):
     return args.steps
 
 
+def run_alone(started, rows, args, clock):
+    """The table's rows, in order: those of `rows`, and in place of each row that ran out of
+    memory beside the others (building or taking turns), the same row run again alone now
+    that they have quit, with turns of its own within the deadline."""
+    table = []
+    for row in started:
+        if len(started) > 1 and row.out_of_memory() and clock.left() > 10:
+            print(f"{row.label} {row.precision}: out of memory beside the others, again alone")
+            again = Row(row.which, row.label, row.precision, args, row.jit)
+            again.alone = True
+            if wait_ready([again], args, clock):
+                take_turns([again], args, clock)
+                again.finish(timeout=max(5.0, min(60.0, clock.left())))
+                table.append(again)
+        elif row in rows:
+            table.append(row)
+    return table
+
+
 def print_profiles(rows, args, clock):
     """Each JAX row's device time by kind of op (`--profile_dir`), while the clock allows."""
     for row in rows:
@@ -365,7 +424,9 @@ def ratio_lines(results, args):
         f"best ours / best peer: {ours[best_ours] / peers[best_peer]:.2f}x "
         f"({name(best_ours)} / {name(best_peer)})"
     ]
-    paired = paired_ratios(best_ours.times, best_peer.times)
+    # Rows run alone took no turns beside the others: their steps pair with nothing.
+    interleaved = not (best_ours.alone or best_peer.alone)
+    paired = paired_ratios(best_ours.times, best_peer.times) if interleaved else []
     if len(paired) >= 4:
         low, middle, high = quartiles(paired)
         lines.append(

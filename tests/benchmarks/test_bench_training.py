@@ -38,17 +38,3 @@ def test_bench_training_reports_a_row_per_precision_on_a_tiny_model(tmp_path):
     lines = done.stdout.splitlines()
     index = next(i for i, line in enumerate(lines) if line.startswith("ours (Trainer"))
     assert len(lines[index - 1].split()) == 2, done.stdout  # --verbose: one time per turn
-
-
-def test_paired_ratio_cancels_a_slow_spell_that_the_medians_keep():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import bench_training
-
-    # The peer is 1.2x slower throughout. The machine turns 1.5x slower between ours' and the
-    # peer's step of turn 4, and stays so: ours has 4 slow steps, the peer 3.
-    ours = [1.0, 1.0, 1.0, 1.5, 1.5, 1.5, 1.5]
-    peer = [1.2, 1.2, 1.2, 1.2, 1.8, 1.8, 1.8]
-    assert sorted(peer)[3] / sorted(ours)[3] == pytest.approx(0.8)  # medians: "ours slower"
-    low, middle, high = bench_training.quartiles(bench_training.paired_ratios(ours, peer))
-    assert middle == pytest.approx(1.2) and low == pytest.approx(1.2)
-    assert bench_training.quartiles([1, 2, 3, 4, 5]) == (2, 3, 4)

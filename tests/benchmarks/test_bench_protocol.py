@@ -1,0 +1,146 @@
+"""The training benchmark's protocol without models: the warm-up lock the rows share, and a
+row that runs out of memory beside the others being run again alone (fake rows)."""
+
+import argparse
+import io
+import json
+import pathlib
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_training  # noqa: E402
+
+HOLDER = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import bench_training
+with bench_training.warmup_turn(sys.argv[2]):
+    print(time.time(), flush=True)
+    time.sleep(0.6)
+    print(time.time(), flush=True)
+"""
+
+
+def test_rows_started_at_once_warm_up_one_at_a_time(tmp_path):
+    lock = str(tmp_path / "warmup.lock")
+    command = [sys.executable, "-c", HOLDER, str(ROOT / "benchmarks"), lock]
+    holders = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    spans = sorted(tuple(map(float, h.communicate(timeout=60)[0].split())) for h in holders)
+    assert all(h.returncode == 0 for h in holders)
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        assert start >= end, spans  # no two rows inside their warm-up at once
+    with bench_training.warmup_turn(None):  # rows started one after the other: no lock
+        pass
+
+
+class FakeRow:
+    """Stands in for `bench_training.Row`: keras_hub runs out of memory while another row is
+    alive; every row steps in fixed times."""
+
+    alive = set()
+    name, is_auto, out_of_memory = (
+        bench_training.Row.name,
+        bench_training.Row.is_auto,
+        bench_training.Row.out_of_memory,
+    )
+
+    def __init__(self, which, label, precision, args, jit=-1, warmup_lock=None):
+        self.which, self.label, self.precision, self.jit = which, label, precision, jit
+        self.times, self.error, self.peak_mib, self.alone = [], None, None, False
+        self.started, self.build_seconds = time.monotonic(), None
+        self.log, self.hungry = io.StringIO(), which == "keras_hub"
+        FakeRow.alive.add(self)
+
+    def read(self, timeout):
+        if self.hungry and len(FakeRow.alive) > 1:
+            self.log.write("jaxlib.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while\n")
+            self.error = "skipped  (jaxlib.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of mem)"
+            FakeRow.alive.discard(self)
+            return None
+        return {"ready": True}
+
+    def step(self, timeout):
+        self.times.append(0.5 if self.hungry else 1.0)
+        return {"seconds": self.times[-1]}
+
+    def finish(self, timeout=60):
+        FakeRow.alive.discard(self)
+        self.peak_mib = 100.0
+
+
+def _args(**overrides):
+    values = dict(
+        config=str(ROOT / "albert/configs/albert_base_v2.json"),
+        seq=16,
+        batch=8,
+        steps=4,
+        device="cpu",
+        precisions="bfloat16",
+        ours_backend="tensorflow",
+        parallel_start=1,
+        deadline_seconds=0,
+        settle_seconds=0,
+        max_step_seconds=60,
+        row_timeout=60,
+        profile_dir=None,
+        verbose=False,
+        peak_tflops=None,
+    )
+    values.update(overrides)
+    return argparse.Namespace(**values)
+
+
+def _config():
+    with open(ROOT / "albert/configs/albert_base_v2.json") as f:
+        return json.load(f)
+
+
+@pytest.fixture
+def fake_rows(monkeypatch):
+    FakeRow.alive.clear()
+    monkeypatch.setattr(bench_training, "Row", FakeRow)
+    monkeypatch.setattr(bench_training, "auto_path", lambda device: ("bfloat16", False, "test"))
+    planned = [
+        ("ours", "ours (Trainer, LAMB, no XLA)", "bfloat16", 0),
+        ("keras_hub", "keras-hub AlbertMaskedLM (no XLA)", "bfloat16", 0),
+    ]
+    monkeypatch.setattr(bench_training, "planned_rows", lambda args: planned)
+
+
+def test_a_row_out_of_memory_beside_the_others_runs_again_alone(fake_rows, capsys):
+    bench_training.compare(_args(), _config())
+    out = capsys.readouterr().out
+    assert "keras-hub AlbertMaskedLM (no XLA) bfloat16: out of memory beside the others" in out
+    table = out[out.index("implementation") :]
+    assert "ours (Trainer, LAMB, no XLA) *" in table
+    line = next(x for x in table.splitlines() if x.startswith("keras-hub"))
+    assert "16.00" in line and "(alone: out of memory beside the others)" in line
+    assert "best ours / best peer: 0.50x" in out
+    assert "paired by turn" not in out  # its steps took no turns beside ours'
+
+
+def test_a_row_out_of_memory_alone_is_not_run_again(fake_rows, monkeypatch, capsys):
+    monkeypatch.setattr(
+        bench_training, "planned_rows", lambda args: [("keras_hub", "kh", "bfloat16", 0)]
+    )
+    FakeRow.alive.add("another process")  # out of memory even without another row
+    bench_training.compare(_args(), _config())
+    out = capsys.readouterr().out
+    assert "again alone" not in out and "RESOURCE_EXHAUSTED" in out
+
+
+def test_paired_ratio_cancels_a_slow_spell_that_the_medians_keep():
+    # The peer is 1.2x slower throughout. The machine turns 1.5x slower between ours' and the
+    # peer's step of turn 4, and stays so: ours has 4 slow steps, the peer 3.
+    ours = [1.0, 1.0, 1.0, 1.5, 1.5, 1.5, 1.5]
+    peer = [1.2, 1.2, 1.2, 1.2, 1.8, 1.8, 1.8]
+    assert sorted(peer)[3] / sorted(ours)[3] == pytest.approx(0.8)  # medians: "ours slower"
+    low, middle, high = bench_training.quartiles(bench_training.paired_ratios(ours, peer))
+    assert middle == pytest.approx(1.2) and low == pytest.approx(1.2)
+    assert bench_training.quartiles([1, 2, 3, 4, 5]) == (2, 3, 4)
