@@ -51,10 +51,11 @@ from training_rows import (
 def serve(args, config_values):
     """The row process: build, warm up, then run one step per `step` line on stdin."""
     step = RUNNERS[args.one](args, config_values)
-    with warmup_turn(args.warmup_lock):  # the first step compiles (and autotunes)
+    # The first step compiles (and autotunes).
+    with warmup_turn(args.warmup_lock, args.warmup_wait_seconds) as alone:
         for _ in range(WARMUP_STEPS):
             step()
-    print(json.dumps({"ready": True}), flush=True)
+    print(json.dumps({"ready": True, "warmed_up_alone": alone}), flush=True)
     for line in sys.stdin:
         command, _, log_dir = line.strip().partition(" ")
         if command == "profile":
@@ -70,18 +71,27 @@ def serve(args, config_values):
 
 
 @contextlib.contextmanager
-def warmup_turn(lock_path):
+def warmup_turn(lock_path, wait_seconds=float("inf")):
     """Holds `lock_path` (an flock shared by the rows that start at once) while the row compiles
-    and warms up, so that no other row's kernels run during its autotuning; a no-op for None."""
+    and warms up, so that no other row's kernels run during its autotuning. Yields whether it
+    holds it: a row that waited `wait_seconds` in vain goes on beside the others rather than
+    miss the deadline, and so does every row without a lock (None)."""
     if not lock_path:
-        yield
+        yield None
         return
     with open(lock_path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        give_up, held = time.monotonic() + wait_seconds, False
+        while not held and time.monotonic() <= give_up:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+            except BlockingIOError:
+                time.sleep(0.1)
         try:
-            yield
+            yield held
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            if held:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def profile_row(step, log_dir, steps=2):
@@ -104,7 +114,7 @@ OUT_OF_MEMORY = re.compile(r"RESOURCE_EXHAUSTED|out of memory|OutOfMemoryError|\
 class Row:
     """One row's subprocess, spoken to one JSON line at a time."""
 
-    def __init__(self, which, label, precision, args, jit=-1, warmup_lock=None):
+    def __init__(self, which, label, precision, args, jit=-1, warmup_lock=None, clock=None):
         self.which, self.label, self.precision, self.jit = which, label, precision, jit
         self.times, self.error, self.peak_mib = [], None, None
         self.started, self.build_seconds = time.monotonic(), None
@@ -113,8 +123,11 @@ class Row:
         command = [sys.executable, __file__, f"--one={which}", f"--precision={precision}"]
         command += [f"--jit={jit}", f"--device={args.device}"]
         command += [f"--config={args.config}", f"--seq={args.seq}", f"--batch={args.batch}"]
+        self.warmed_up_alone = None  # True/False where the rows shared a warm-up lock
         if warmup_lock:
-            command.append(f"--warmup_lock={warmup_lock}")
+            # Waiting for the lock may take half the time left, no more.
+            wait = clock.left() / 2 if clock else float("inf")
+            command += [f"--warmup_lock={warmup_lock}", f"--warmup_wait_seconds={wait}"]
         env = dict(os.environ)
         if args.device == "gpu":
             # Rows share the card: TensorFlow and JAX must not each take all of its memory.
@@ -123,6 +136,11 @@ class Row:
                 env["KERAS_BACKEND"] = "jax"
         if which == "ours_jax":
             env["KERAS_BACKEND"] = "jax"
+        if args.profile_dir and env.get("KERAS_BACKEND") == "jax":  # the step's HLO, to read
+            import device_profile
+
+            flags = device_profile.dump_flags(profile_folder(args, label, precision))
+            env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flags}".strip()
         self.process = subprocess.Popen(
             command,
             stdin=subprocess.PIPE,
@@ -248,10 +266,14 @@ def main():
     parser.add_argument(
         "--profile_dir",
         help="After the turns, trace two steps of each row that runs Keras on JAX with "
-        "jax.profiler into this folder and print its device time by kind of op.",
+        "jax.profiler into this folder and print its device time by kind of op; beside each "
+        "row's folder, keep its step's optimized HLO and its trace as one file each.",
     )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--warmup_lock", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--warmup_wait_seconds", type=float, default=float("inf"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--precision", default="float32", help=argparse.SUPPRESS)
     parser.add_argument("--jit", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -288,12 +310,20 @@ def compare(args, config_values):
     rows, started = [], []
     lock = os.path.join(tempfile.mkdtemp(), "warmup.lock") if args.parallel_start else None
     for which, label, precision, jit in planned_rows(args):
-        started.append(Row(which, label, precision, args, jit, warmup_lock=lock))
+        started.append(Row(which, label, precision, args, jit, warmup_lock=lock, clock=clock))
         if not args.parallel_start:
             rows += wait_ready(started[-1:], args, clock)
     if args.parallel_start:  # the rows compile at once (a GPU machine's many cores)
         rows = wait_ready(started, args, clock)
-    built = ", ".join(f"{row.label} {row.precision} {row.build_seconds:.0f} s" for row in rows)
+    built = ", ".join(
+        f"{row.label} {row.precision} {row.build_seconds:.0f} s"
+        + (
+            " (beside the others: waited too long for its turn)"
+            if row.warmed_up_alone is False
+            else ""
+        )
+        for row in rows
+    )
     print(f"built and warmed up in: {built or 'none'}")
     turns = take_turns(rows, args, clock)
     if turns < args.steps:
@@ -350,8 +380,10 @@ def wait_ready(started, args, clock):
     ready = []
     deadline = time.monotonic() + min(args.row_timeout, clock.left())
     for row in started:
-        if row.read(max(1.0, deadline - time.monotonic())):
+        reply = row.read(max(1.0, deadline - time.monotonic()))
+        if reply:
             row.build_seconds = time.monotonic() - row.started
+            row.warmed_up_alone = reply.get("warmed_up_alone")
             ready.append(row)
         else:
             print(f"{row.name(args):36s} {row.precision:10s} {row.error}")
@@ -394,13 +426,19 @@ def run_alone(started, rows, args, clock):
     return table
 
 
+def profile_folder(args, label, precision):
+    """Where `--profile_dir` keeps a row's trace and HLO."""
+    name = re.sub(r"[^\w.-]+", "_", f"{label} {precision}").strip("_")
+    return os.path.join(args.profile_dir, name)
+
+
 def print_profiles(rows, args, clock):
     """Each JAX row's device time by kind of op (`--profile_dir`), while the clock allows."""
     for row in rows:
         step = max(row.times or [0.0])
         if row.error or clock.left() < 10 * step + 15:
             continue
-        folder = os.path.join(args.profile_dir, re.sub(r"[^\w.-]+", "_", row.label).strip("_"))
+        folder = profile_folder(args, row.label, row.precision)
         summary = row.profile(folder, timeout=max(30.0, 20 * step))
         if summary and "error" in summary:
             print(f"{row.label}: profile failed ({summary['error']})")
@@ -409,6 +447,8 @@ def print_profiles(rows, args, clock):
 
             print("\n".join(device_profile.summary_lines(row.label, summary)))
             print(f"  trace: {folder}")
+            for path in device_profile.keep_for_reading(folder):
+                print(f"  kept: {path}")
     print()
 
 

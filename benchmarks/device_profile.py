@@ -112,6 +112,34 @@ def trace_steps(step, steps, log_dir, top=8):
         return summarize(json.load(f), steps, top)
 
 
+def dump_flags(folder):
+    """XLA_FLAGS that make a row's process write the HLO of its training step (the modules
+    named *step*, as jax.jit names them after the function) into `folder`/xla_dump."""
+    dump = os.path.join(folder, "xla_dump")
+    return f"--xla_dump_to={dump} --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*step.*"
+
+
+def keep_for_reading(folder):
+    """Beside `folder`, one file each that a person or a later session reads without the rest:
+    `folder`.hlo.txt.gz, the largest step module as XLA optimized it (its fusion names are the
+    kernel names of the trace), and `folder`.trace.json.gz, the newest perfetto trace.
+    Returns the paths written (none where nothing was dumped or traced)."""
+    kept = []
+    modules = glob.glob(os.path.join(folder, "xla_dump", "*after_optimizations.txt"))
+    traces = glob.glob(os.path.join(folder, "**", "perfetto_trace.json.gz"), recursive=True)
+    if modules:
+        with open(max(modules, key=os.path.getsize), "rb") as source:
+            with gzip.open(folder + ".hlo.txt.gz", "wb") as target:
+                target.write(source.read())
+        kept.append(folder + ".hlo.txt.gz")
+    if traces:
+        with open(max(traces, key=os.path.getmtime), "rb") as source:
+            with open(folder + ".trace.json.gz", "wb") as target:
+                target.write(source.read())
+        kept.append(folder + ".trace.json.gz")
+    return kept
+
+
 def summary_lines(label, summary):
     """A few lines for people: device time per step, by kind, and the costliest ops."""
     lines = [f"{label}: {summary['device_ms_per_step']:.1f} ms of device time per step"]

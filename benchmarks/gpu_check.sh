@@ -9,9 +9,11 @@
 # 2. benchmarks/bench_training.py --device=gpu for ALBERT-base and ALBERT-large at seq 512,
 #    global batch 32: ours (bf16, XLA) against HF transformers (CUDA, bf16 autocast) and
 #    keras-hub (bf16, XLA), seq/s and model FLOPs utilisation against the card's bf16 peak
-#    (H100/H200 SXM: 989 TFLOP/s dense). The rows build at once, then take turns; for
-#    ALBERT-base, two steps of each JAX row are then traced (benchmarks/device_profile.py)
-#    into $OUT/gpu_profile (or /tmp) and summarised by kind of op.
+#    (H100/H200 SXM: 989 TFLOP/s dense). The rows start at once, compile and warm up one at a
+#    time (XLA autotunes on a quiet card), then take turns (a row out of memory beside the
+#    others runs again alone); for ALBERT-base, two steps of each JAX row are then traced
+#    (benchmarks/device_profile.py) and summarised by kind of op, and each row's trace and
+#    optimized HLO of its step are kept in $OUT/gpu_profile, one .gz file each.
 # The script keeps within GPU_CHECK_SECONDS (default 225): the loss check gets a third, each
 # benchmark an equal share of what is left (7/8 of it as its deadline: it stops taking turns,
 # or reports a row still building as timed out, rather than overrun it).
@@ -47,6 +49,7 @@ fi
 'jax', jax.__version__, jax.devices())" 2>&1 | tail -1
 
 status=0
+work=$(mktemp -d)
 # The budget's split: see the header.
 timeout $((budget / 3)) "$python" benchmarks/gpu_loss_check.py --steps=200 || status=1
 echo "gpu_check: loss check done at ${SECONDS} s"
@@ -61,11 +64,16 @@ for index in "${!configs[@]}"; do
   fi
   # The first benchmark also traces two steps of each JAX row: where ours' device time goes.
   profile=()
-  [ "$index" = 0 ] && profile=(--profile_dir="${OUT:-/tmp}/gpu_profile/${config}")
+  [ "$index" = 0 ] && profile=(--profile_dir="${work}/${config}")
   timeout "$share" "$python" benchmarks/bench_training.py --device=gpu \
     --config="albert/configs/${config}.json" --seq=512 --batch=32 "$steps" \
     --settle_seconds=0.2 --deadline_seconds=$((share - share / 8)) "${profile[@]}" || status=1
   echo "gpu_check: ${config} done at ${SECONDS} s"
+  # Only files one folder down come back from a device call: the .gz files, not the folders.
+  if [ "$index" = 0 ] && [ -n "${OUT:-}" ] && compgen -G "${work}/${config}/*.gz" >/dev/null; then
+    mkdir -p "${OUT}/gpu_profile" && cp "${work}/${config}"/*.gz "${OUT}/gpu_profile/"
+    echo "gpu_check: kept $(ls "${OUT}/gpu_profile" | tr '\n' ' ')in \$OUT/gpu_profile"
+  fi
 done
 echo "gpu_check: ${SECONDS} s in all (budget ${budget} s)"
 exit $status

@@ -35,8 +35,19 @@ def test_rows_started_at_once_warm_up_one_at_a_time(tmp_path):
     assert all(h.returncode == 0 for h in holders)
     for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
         assert start >= end, spans  # no two rows inside their warm-up at once
-    with bench_training.warmup_turn(None):  # rows started one after the other: no lock
-        pass
+    with bench_training.warmup_turn(None) as held:  # rows started one after the other
+        assert held is None
+
+
+def test_a_row_that_waits_too_long_for_its_turn_warms_up_beside_the_others(tmp_path):
+    lock = str(tmp_path / "warmup.lock")
+    with bench_training.warmup_turn(lock) as first:
+        started = time.monotonic()
+        with bench_training.warmup_turn(lock, wait_seconds=0.3) as second:
+            waited = time.monotonic() - started
+    assert first is True and second is False and 0.3 <= waited < 5
+    with bench_training.warmup_turn(lock, wait_seconds=0.3) as third:  # released: its turn
+        assert third is True
 
 
 class FakeRow:
@@ -50,9 +61,10 @@ class FakeRow:
         bench_training.Row.out_of_memory,
     )
 
-    def __init__(self, which, label, precision, args, jit=-1, warmup_lock=None):
+    def __init__(self, which, label, precision, args, jit=-1, warmup_lock=None, clock=None):
         self.which, self.label, self.precision, self.jit = which, label, precision, jit
         self.times, self.error, self.peak_mib, self.alone = [], None, None, False
+        self.warmed_up_alone = None
         self.started, self.build_seconds = time.monotonic(), None
         self.log, self.hungry = io.StringIO(), which == "keras_hub"
         FakeRow.alive.add(self)

@@ -1,6 +1,7 @@
 """benchmarks/device_profile.py: device time by kind of op from a jax.profiler trace, and the
 training benchmark's deadline (the GPU check must finish in its 4 minutes)."""
 
+import gzip
 import json
 import os
 import pathlib
@@ -91,9 +92,17 @@ _PROFILE_A_JAX_STEP = """
 import json, sys
 import jax, jax.numpy as jnp
 import bench_training
-matmul = jax.jit(lambda x: jnp.tanh(x @ x).sum())
+
+@jax.jit
+def train_step(x):
+    return jnp.tanh(x @ x).sum()
+
+@jax.jit
+def other(x):
+    return x + 1
+
 x = jnp.ones((256, 256))
-step = lambda: matmul(x).block_until_ready()
+step = lambda: train_step(other(x)).block_until_ready()
 step()
 print("SUMMARY " + json.dumps(bench_training.profile_row(step, sys.argv[1])))
 """
@@ -105,9 +114,22 @@ def test_a_jax_row_profiles_its_steps_on_this_cpu(tmp_path):
     # XLA's CPU ops here; of the GPU's kernels on a GPU, as the GPU-shaped trace above).
     pytest.importorskip("jax")
     env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=str(ROOT / "benchmarks"))
-    command = [sys.executable, "-c", _PROFILE_A_JAX_STEP, str(tmp_path)]
+    folder = str(tmp_path / "row")
+    env["XLA_FLAGS"] = device_profile.dump_flags(folder)  # as bench_training sets for the row
+    command = [sys.executable, "-c", _PROFILE_A_JAX_STEP, folder]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
+    # One file each to read without the rest: the step's optimized HLO and the trace.
+    assert device_profile.keep_for_reading(folder) == [
+        folder + ".hlo.txt.gz",
+        folder + ".trace.json.gz",
+    ]
+    with gzip.open(folder + ".hlo.txt.gz", "rt") as f:
+        hlo = f.read()
+    assert "HloModule jit_train_step" in hlo and "tanh" in hlo
+    assert not list(tmp_path.glob("row/xla_dump/*jit_other*.txt"))  # only the step's HLO
+    with gzip.open(folder + ".trace.json.gz") as f:
+        assert json.load(f)["traceEvents"]
     line = next(x for x in done.stdout.splitlines() if x.startswith("SUMMARY "))
     summary = json.loads(line[len("SUMMARY ") :])
     assert summary["device_ms_per_step"] > 0, summary

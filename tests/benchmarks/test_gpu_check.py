@@ -4,6 +4,7 @@ peak table, the loss comparison, and --device=gpu refusing a machine without a G
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -107,8 +108,12 @@ def test_gpu_check_keeps_within_its_budget_when_every_part_overruns(tmp_path):
     # Stand-ins: nvidia-smi names an H100; "python" runs the loss check and both benchmarks as
     # processes that never end on their own. The script must still end within its budget.
     (tmp_path / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 81559 MiB'\n")
+    # A benchmark given --profile_dir leaves a row's kept file there before it hangs.
     (tmp_path / "python").write_text(
-        '#!/bin/sh\ncase "$*" in *.py*) echo "ran $*" >> "$CALLS"; exec sleep 1000;; esac\n'
+        "#!/bin/sh\n"
+        'for a in "$@"; do case $a in --profile_dir=*) d=${a#*=}; mkdir -p "$d/row/deep"; '
+        'echo x > "$d/row.hlo.txt.gz"; echo x > "$d/row/deep/trace.pb";; esac; done\n'
+        'case "$*" in *.py*) echo "ran $*" >> "$CALLS"; exec sleep 1000;; esac\n'
     )
     for stub in ("nvidia-smi", "python"):
         (tmp_path / stub).chmod(0o755)
@@ -139,6 +144,9 @@ def test_gpu_check_keeps_within_its_budget_when_every_part_overruns(tmp_path):
     # The loss check takes its third (7 s); the benchmarks split the rest, 7 s each, and
     # are told 7/8 of it (rounded down to whole seconds) as their deadline.
     assert "albert_base_v2.json" in ran[1] and "--deadline_seconds=7" in ran[1]
-    assert f"--profile_dir={tmp_path}/out/gpu_profile/albert_base_v2" in ran[1]
+    assert re.search(r"--profile_dir=\S+/albert_base_v2", ran[1])
     assert "albert_large_v2.json" in ran[2] and "--profile_dir" not in ran[2]
+    # The kept files come back from the device call: one folder down in $OUT, nothing deeper.
+    kept = sorted(p.relative_to(tmp_path / "out") for p in (tmp_path / "out").rglob("*"))
+    assert kept == [pathlib.Path("gpu_profile"), pathlib.Path("gpu_profile/row.hlo.txt.gz")]
     assert "gpu_check: " in done.stdout and "in all (budget 21 s)" in done.stdout
