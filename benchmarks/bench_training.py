@@ -52,10 +52,10 @@ def serve(args, config_values):
     """The row process: build, warm up, then run one step per `step` line on stdin."""
     step = RUNNERS[args.one](args, config_values)
     # The first step compiles (and autotunes).
-    with warmup_turn(args.warmup_lock, args.warmup_wait_seconds) as alone:
+    with warmup_turn(args.warmup_lock, args.warmup_wait_seconds) as held:
         for _ in range(WARMUP_STEPS):
             step()
-    print(json.dumps({"ready": True, "warmed_up_alone": alone}), flush=True)
+    print(json.dumps({"ready": True, "warmed_up_alone": held}), flush=True)
     for line in sys.stdin:
         command, _, log_dir = line.strip().partition(" ")
         if command == "profile":
@@ -118,7 +118,7 @@ class Row:
         self.which, self.label, self.precision, self.jit = which, label, precision, jit
         self.times, self.error, self.peak_mib = [], None, None
         self.started, self.build_seconds = time.monotonic(), None
-        self.alone = False  # run again alone after running out of memory beside the others
+        self.rerun_alone = False  # run again alone: out of memory beside the others
         self.log = tempfile.TemporaryFile("w+")
         command = [sys.executable, __file__, f"--one={which}", f"--precision={precision}"]
         command += [f"--jit={jit}", f"--device={args.device}"]
@@ -346,7 +346,7 @@ def compare(args, config_values):
             print(" ".join(f"{t:.2f}" for t in row.times))
         results[row] = rate
         note = f"  ({len(row.times)} steps)" if len(row.times) < args.steps else ""
-        note += "  (alone: out of memory beside the others)" if row.alone else ""
+        note += "  (alone: out of memory beside the others)" if row.rerun_alone else ""
         memory = f"{row.peak_mib:7.0f} MiB" if row.peak_mib else "    n/a"
         mfu = ""
         if gpu:
@@ -416,7 +416,7 @@ def run_alone(started, rows, args, clock):
         if len(started) > 1 and row.out_of_memory() and clock.left() > 10:
             print(f"{row.label} {row.precision}: out of memory beside the others, again alone")
             again = Row(row.which, row.label, row.precision, args, row.jit)
-            again.alone = True
+            again.rerun_alone = True
             if wait_ready([again], args, clock):
                 take_turns([again], args, clock)
                 again.finish(timeout=max(5.0, min(60.0, clock.left())))
@@ -465,7 +465,7 @@ def ratio_lines(results, args):
         f"({name(best_ours)} / {name(best_peer)})"
     ]
     # Rows run alone took no turns beside the others: their steps pair with nothing.
-    interleaved = not (best_ours.alone or best_peer.alone)
+    interleaved = not (best_ours.rerun_alone or best_peer.rerun_alone)
     paired = paired_ratios(best_ours.times, best_peer.times) if interleaved else []
     if len(paired) >= 4:
         low, middle, high = quartiles(paired)

@@ -63,7 +63,7 @@ class FakeRow:
 
     def __init__(self, which, label, precision, args, jit=-1, warmup_lock=None, clock=None):
         self.which, self.label, self.precision, self.jit = which, label, precision, jit
-        self.times, self.error, self.peak_mib, self.alone = [], None, None, False
+        self.times, self.error, self.peak_mib, self.rerun_alone = [], None, None, False
         self.warmed_up_alone = None
         self.started, self.build_seconds = time.monotonic(), None
         self.log, self.hungry = io.StringIO(), which == "keras_hub"
