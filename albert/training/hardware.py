@@ -84,7 +84,9 @@ def _auto_jit(device, precision):
     if device.kind in ("tpu", "gpu"):
         return True, "XLA fuses the step on accelerators"
     if device.replicas > 1:
-        return False, "XLA:CPU is not used under several replicas (it fails to place them)"
+        return False, (
+            "XLA:CPU is not used under several replicas or across workers (it fails to place them)"
+        )
     if precision == "bfloat16" and device.bf16_cpu_flags:
         return False, "XLA:CPU's bfloat16 matmuls are slower than TF's oneDNN kernels"
     return True, "XLA:CPU fuses the float32 step"

@@ -12,8 +12,8 @@ Python host only wakes up every `--iterations_per_loop` steps. A training step:
 
 Summing gradients in the step (not in the optimizer) is what makes clipping see the same
 global norm as one device with the whole batch. With `--jit_compile`, XLA compiles the forward
-and backward pass; with a single replica (nothing to all-reduce) it compiles the whole step,
-update included, as one program.
+and backward pass; under the default strategy (one device, nothing to all-reduce) it compiles
+the whole step, update included, as one program.
 """
 
 from __future__ import annotations
@@ -106,6 +106,10 @@ class Trainer:
         )
         self._train_loop = tf.function(self._train_loop_fn)
         self._eval_loop = tf.function(self._eval_loop_fn)
+        # Under any other strategy, even on one device, the optimizer's update merges the
+        # replicas (`merge_call`), which cannot run inside the nested `tf.function`.
+        with strategy.scope():
+            self._whole_step_in_one_function = not tf.distribute.has_strategy()
 
     # --- Replica functions ---------------------------------------------------------------
 
@@ -151,7 +155,7 @@ class Trainer:
         context = tf.distribute.get_replica_context()
         normalizers = self._normalizers(features)
         replica_id = tf.cast(context.replica_id_in_sync_group, tf.int32)
-        if self.strategy.num_replicas_in_sync == 1:
+        if self._whole_step_in_one_function:
             loss, sums, grad_norm = self._single_replica_step(features, normalizers, replica_id)
         else:
             grads, loss, sums = self._forward_backward(features, normalizers, replica_id)

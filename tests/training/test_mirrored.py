@@ -1,4 +1,5 @@
-"""MirroredStrategy over 2 logical CPUs == one device with the same global batch and data.
+"""MirroredStrategy over 2 logical CPUs (and over one) == one device with the same global batch
+and data.
 
 The comparison runs in a subprocess: logical devices must be configured before TensorFlow
 initialises, which pytest's other modules would already have done.
@@ -44,6 +45,8 @@ def _run_all(tmp_path):
         "default": (tf.distribute.get_strategy(), True),
         "mirrored_saveable_input": (mirrored, True),
         "mirrored_distributed_input": (mirrored, False),
+        # --strategy=mirrored on a machine with one device: one replica, still a strategy.
+        "mirrored_one_device": (tf.distribute.MirroredStrategy(["/cpu:0"]), True),
     }
     for name, (strategy, checkpoint_input) in runs.items():
         task = PretrainingTask(
@@ -103,7 +106,7 @@ def test_mirrored_matches_one_device(tmp_path):
     process = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert process.returncode == 0, process.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
-    for name in ("mirrored_saveable_input", "mirrored_distributed_input"):
+    for name in ("mirrored_saveable_input", "mirrored_distributed_input", "mirrored_one_device"):
         _assert_same_run(results["default"], results[name])
     # The runs really trained (two frozen models would also "match").
     assert results["query_kernel_change"] > 1e-3
