@@ -4,9 +4,17 @@ import importlib
 
 __version__ = "0.1.0"  # the one version string; pyproject.toml reads it
 
+from albert import configs  # light (os and albert.config): `albert.configs.path(...)` works
 from albert.config import AlbertConfig, ConfigError
 
-__all__ = ["AlbertBackbone", "AlbertConfig", "AlbertPretrainer", "ConfigError", "load_checkpoint"]
+__all__ = [
+    "AlbertBackbone",
+    "AlbertConfig",
+    "AlbertPretrainer",
+    "ConfigError",
+    "configs",
+    "load_checkpoint",
+]
 
 # Keras (and with it TensorFlow) loads only when a model class is first used, so that
 # `albert.tokenization` and `albert.data.pretraining` stay light in worker processes.

@@ -5,7 +5,7 @@ with the span head) whose `serving_default` signature is
 
     inputs   question  tf.string [batch]
              context   tf.string [batch]
-    outputs  answer       tf.string [batch]   the span's pieces, detokenized (see below)
+    outputs  answer       tf.string [batch]   the span's text in the context (see below)
              start_index  int32 [batch]       first and last token of the span in the packed
              end_index    int32 [batch]       input `[CLS] question [SEP] context [SEP]`
              score        float32 [batch]     start logit + end logit of the span
@@ -15,9 +15,13 @@ the question keeps its first `max_query_length` tokens and the context the first
 still fit, so ONE window is read (no sliding windows: an answer beyond the first
 `max_seq_length - len(question) - 3` context tokens cannot be found). The span is the highest
 start + end logit over context tokens with start <= end and at most `max_answer_length`
-tokens. `answer` is SentencePiece's detokenization of the span's pieces: the NORMALISED text
-(lower-cased for uncased models, accents stripped, whitespace collapsed), not the original
-characters of the context, which `run_squad.py`'s post-processing recovers on the host.
+tokens. `answer` is the ORIGINAL characters of the context that the span's tokens came from,
+ends stripped: the text `run_squad.py` writes to predictions.json for the same span
+(`albert.data.squad_postprocessing.answer_text`). It is found as `albert.data.squad_alignment`
+does, in graph: the non-space characters of the pieces ("▁" dropped) are those of the
+normalised context, and each original character is normalised alone to count its share. Where
+the two differ (an unknown piece, characters SentencePiece drops), later answers of that
+context may be shifted by those characters; the host's alignment repairs such stretches.
 
 Loading needs TensorFlow and tensorflow-text only (import tensorflow_text first):
 
@@ -26,7 +30,7 @@ Loading needs TensorFlow and tensorflow-text only (import tensorflow_text first)
     serve = tf.saved_model.load(export_dir).signatures["serving_default"]
     serve(question=tf.constant(["who?"]), context=tf.constant(["..."]))["answer"]
 
-Shape letters: B batch, S max_seq_length.
+Shape letters: B batch, S max_seq_length, P context pieces, C context characters.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import tensorflow_text as tf_text
 from albert import fileio
 from albert.errors import AlbertError
 from albert.text_ops import InGraphTokenizer
-from albert.tokenization import load_spm_model
+from albert.tokenization import SPIECE_UNDERLINE, load_spm_model
 
 SERVING_SIGNATURE = "serving_default"
 
@@ -80,11 +84,65 @@ class _QuestionAnsweringServing(tf.Module):
         # Context tokens: segment 1 without the final [SEP].
         is_context = (inputs["segment_ids"] == 1) & (inputs["input_ids"] != self.tokenizer.sep_id)
         start, end, score = best_span(start_logits, end_logits, is_context, self._max_answer_length)
-        span_length = end - start + 1  # [B]
-        positions = start[:, None] + tf.ragged.range(span_length)  # [B, (L)]
-        span_ids = tf.gather(inputs["input_ids"], positions, batch_dims=1)  # [B, (L)]
-        answer = self.detokenizer.detokenize(span_ids)  # [B]
+        # The context's first token follows [CLS] question [SEP]: segment 0.
+        is_first_segment = (inputs["segment_ids"] == 0) & (inputs["input_mask"] == 1)
+        context_start = tf.reduce_sum(tf.cast(is_first_segment, tf.int32), axis=1)  # [B]
+        answer = self._original_text(
+            context, context_ids, start - context_start, end - context_start
+        )
         return {"answer": answer, "start_index": start, "end_index": end, "score": score}
+
+    def _original_text(self, context, context_ids, first_piece, last_piece):
+        """The characters of `context` that pieces first..last of `context_ids` came from.
+
+        Args:
+            context: tf.string [B], the raw context.
+            context_ids: int32 [B, (P)], its pieces.
+            first_piece, last_piece: int32 [B], the span, as indices into `context_ids`.
+
+        Returns:
+            tf.string [B]: from the first to the last original character the span's
+            normalised characters came from; "" for a span of "▁" pieces only.
+        """
+        # Non-space normalised characters before each piece, and up to its end.
+        pieces = self.detokenizer.id_to_string(context_ids)  # [B, (P)]
+        piece_chars = tf.strings.length(
+            tf.strings.regex_replace(pieces, SPIECE_UNDERLINE, ""), unit="UTF8_CHAR"
+        ).to_tensor()  # [B, P]
+        piece_end = tf.cumsum(piece_chars, axis=1)  # [B, P]
+        begin = _take(piece_end - piece_chars, first_piece)  # [B]
+        finish = _take(piece_end, last_piece)  # [B], exclusive
+        # Each original character normalised alone (as `normalize_with_offsets` does, with
+        # SentencePiece's NFKC after): how many non-space normalised characters it gives.
+        chars, char_starts = tf.strings.unicode_split_with_offsets(context, "UTF-8")
+        normalized = tf_text.normalize_utf8(self.tokenizer.normalize(chars.flat_values), "NFKC")
+        char_counts = chars.with_flat_values(
+            tf.strings.length(tf.strings.regex_replace(normalized, " ", ""), unit="UTF8_CHAR")
+        ).to_tensor()  # [B, C]
+        is_char = tf.sequence_mask(chars.row_lengths(), tf.shape(char_counts)[1])  # [B, C]
+        char_end = tf.cumsum(char_counts, axis=1)  # [B, C]
+        # The character holding normalised character `begin`, and the one holding
+        # `finish - 1` (whitespace holds none, so neither end is whitespace).
+        first = tf.reduce_sum(tf.cast(is_char & (char_end <= begin[:, None]), tf.int32), 1)
+        last = tf.reduce_sum(
+            tf.cast(is_char & (char_end - char_counts < finish[:, None]), tf.int32), 1
+        )
+        last = tf.maximum(last - 1, first)  # [B]
+        char_bytes = tf.strings.length(chars).to_tensor()  # [B, C]
+        char_starts = tf.cast(char_starts.to_tensor(), tf.int32)  # [B, C], bytes
+        byte_begin = _take(char_starts, first)
+        byte_end = _take(char_starts + char_bytes, last)
+        text = tf.strings.substr(context, byte_begin, byte_end - byte_begin)
+        return tf.where(finish > begin, tf.strings.strip(text), "")
+
+
+def _take(values, index):
+    """`values[b, index[b]]` for int [B, N] values; an index outside [0, N) (an empty context,
+    a span outside it) reads 0 instead of failing."""
+    width = tf.shape(values)[1]
+    padded = tf.pad(values, [[0, 0], [0, 1]])  # [B, N + 1], the last column 0
+    inside = (index >= 0) & (index < width)
+    return tf.gather(padded, tf.where(inside, index, width), batch_dims=1)
 
 
 def best_span(start_logits, end_logits, is_context, max_answer_length):

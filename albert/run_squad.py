@@ -28,6 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import flags, logging  # noqa: E402
 
+from albert.data.squad import SquadVersionError  # noqa: E402
 from albert.tasks import squad  # noqa: E402
 from albert.training import flags as training_flags  # noqa: E402
 
@@ -63,7 +64,13 @@ def main_for_version(version_2_with_negative):
                 version,
             )
         flags.FLAGS.version_2_with_negative = version_2_with_negative
-        main(argv)
+        try:
+            main(argv)
+        except SquadVersionError as error:
+            # The flag is ignored here: name the command that reads SQuAD 2.0 instead.
+            raise SquadVersionError(
+                error.input_file, "run it with python -m albert.run_squad_v2"
+            ) from None
 
     return main_fixed
 

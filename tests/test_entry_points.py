@@ -3,6 +3,7 @@ every entry module, run_squad_v1/v2 with --version_2_with_negative fixed, and a 
 that matches nothing is one line listing the shipped configs."""
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -100,6 +101,44 @@ def test_squad_v1_and_v2_fix_the_version(module, args, expected, warned):
     printed, stderr = _squad_version(module, *args)
     assert printed == [f"version_2: {expected}"]
     assert ("--version_2_with_negative=" in stderr and "is ignored" in stderr) == warned, stderr
+
+
+@pytest.mark.parametrize(
+    "module, hint",
+    [
+        ("run_squad_v1", "run it with python -m albert.run_squad_v2."),  # it ignores the flag
+        ("run_squad", "add --version_2_with_negative."),
+    ],
+)
+def test_a_squad_2_file_for_squad_1_says_what_to_run_for_the_command_used(tmp_path, module, hint):
+    question = {"id": "q1", "question": "Who?", "answers": [], "is_impossible": True}
+    train = tmp_path / "train-v2.0.json"
+    train.write_text(
+        json.dumps(
+            {
+                "version": "v2.0",
+                "data": [{"paragraphs": [{"context": "Paris.", "qas": [question]}]}],
+            }
+        )
+    )
+    command = [
+        sys.executable,
+        "-m",
+        f"albert.{module}",
+        "--do_train",
+        f"--train_file={train}",
+        f"--output_dir={tmp_path}/out",
+        f"--vocab_file={tmp_path}/vocab.txt",
+    ]
+    done = subprocess.run(
+        command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert errors == [
+        f"{module}.py: error: SQuAD file {str(train)!r} is a SQuAD 2.0 file (it has "
+        f"unanswerable questions); {hint}"
+    ], done.stderr[-2000:]
 
 
 def test_unknown_config_name_is_one_line_listing_the_shipped_configs(tmp_path):

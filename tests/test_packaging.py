@@ -68,6 +68,28 @@ def test_the_former_clone_path_says_to_pass_the_name():
         AlbertConfig.from_json_file("no/such.json")  # any other missing path: as before
 
 
+def test_plain_import_albert_gives_configs_path_without_tensorflow():
+    """The README's `albert.configs.path(...)` after a plain `import albert`, in a fresh
+    interpreter (this one has imported albert.configs already), and nothing heavy loaded."""
+    program = (
+        "import sys, albert\n"
+        "print(albert.configs.path('albert_base_v2'))\n"
+        "print(sorted(m for m in ('tensorflow', 'keras', 'numpy') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    path, heavy = done.stdout.splitlines()
+    assert path == str(REPO / "albert" / "configs" / "albert_base_v2.json")
+    assert heavy == "[]"
+
+
 # --- pyproject.toml -------------------------------------------------------------------------
 
 

@@ -33,9 +33,32 @@ from albert.data.squad_features import (
     write_metadata,
 )
 
+V2_HINT = "add --version_2_with_negative"
+
+
+class SquadVersionError(SquadDataError):
+    """A SQuAD 2.0 file given to a SQuAD 1.1 run.
+
+    The message ends with `hint`, how to run the file as SQuAD 2.0; an entry point whose
+    version is fixed (`albert.run_squad_v1`) gives its own, as it ignores the flag.
+
+    Args:
+        input_file: the SQuAD 2.0 file.
+        hint: what to do, e.g. "add --version_2_with_negative".
+    """
+
+    def __init__(self, input_file, hint=V2_HINT):
+        self.input_file = input_file
+        super().__init__(
+            f"SQuAD file {input_file!r} is a SQuAD 2.0 file (it has unanswerable questions); "
+            f"{hint}."
+        )
+
+
 __all__ = [
     "SquadDataError",
     "SquadExample",
+    "SquadVersionError",
     "SquadFeatures",
     "cache_file_name",
     "load_features",
@@ -95,7 +118,8 @@ def read_squad_examples(input_file: str, version_2_with_negative: bool | None = 
 
     Raises:
         SquadDataError: the file is missing, not JSON, lacks a SQuAD key, holds a question
-            id twice, or is a v2.0 file while `version_2_with_negative` is False.
+            id twice.
+        SquadVersionError: a v2.0 file while `version_2_with_negative` is False.
     """
     data = _load_json(input_file)
     examples = []
@@ -132,10 +156,7 @@ def read_squad_examples(input_file: str, version_2_with_negative: bool | None = 
             "v2.0 JSON file?"
         ) from None
     if is_v2 and version_2_with_negative is False:
-        raise SquadDataError(
-            f"SQuAD file {input_file!r} is a SQuAD 2.0 file (it has unanswerable questions); "
-            "add --version_2_with_negative."
-        )
+        raise SquadVersionError(input_file)
     return examples
 
 
