@@ -265,9 +265,11 @@ def save(model, directory: str, prefix_name: str = DEFAULT_PREFIX) -> str:
 
 def _write_state_file(directory: str, prefix_name: str) -> None:
     """The `checkpoint` file through which `tf.train.latest_checkpoint(directory)` finds it."""
-    # A relative path keeps the directory movable.
+    # The bare name, as in the original's files, keeps the directory movable. The function
+    # rewrites relative names as relative to its `save_dir` ("../model.ckpt" for "out", or
+    # for any gs:// path, which is never absolute): "." leaves the name as it is.
     state = tf.compat.v1.train.generate_checkpoint_state_proto(
-        directory, prefix_name, all_model_checkpoint_paths=[prefix_name]
+        ".", prefix_name, all_model_checkpoint_paths=[prefix_name]
     )
     from albert import fileio
 
