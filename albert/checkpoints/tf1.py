@@ -212,6 +212,21 @@ def load(model, path: str) -> LoadResult:
     )
 
 
+def stored_shapes(path: str) -> dict:
+    """Name -> shape of the TF1 checkpoint at `path`, as `load` matches them (no optimizer
+    slots, no `global_step`, no TF-Hub `module/` prefix).
+
+    Raises:
+        CheckpointError: no checkpoint, or one that cannot be read.
+    """
+    prefix = resolve_prefix(path)
+    try:
+        reader = tf.compat.v1.train.NewCheckpointReader(prefix)
+    except (tf.errors.OpError, ValueError) as e:
+        raise CheckpointError(f"Cannot read TF1 checkpoint {prefix}: {e}") from None
+    return _model_names(reader.get_variable_to_shape_map())[0]
+
+
 def _model_names(stored_shapes: dict) -> tuple:
     """Drops optimizer slots and `global_step`, strips TF-Hub's `module/` prefix.
 
