@@ -2,12 +2,17 @@ r"""Converts an ALBERT checkpoint between the TF1, HF transformers and Keras for
 
 The input format is detected. The config comes from `--albert_config_file`, or else from the
 checkpoint (an HF directory's `config.json`, an `albert_config.json` beside a TF1 or Keras
-checkpoint). A checkpoint without pretraining heads is written without them.
+checkpoint). A checkpoint without pretraining heads is written without them. A fine-tuning
+run's checkpoint (its output_dir, a `model.ckpt-<step>`, or its `model.weights.h5`) is written
+with its task head: in TF1, under the original's fine-tuned names (`output_weights` and
+`output_bias` for GLUE and RACE, `cls/squad/...`, `start_logits/...`); in Keras, as
+`model.weights.h5`. HF has no names for these heads here, so `--output_format=hf` refuses one.
 
 Usage:
     python -m albert.convert_checkpoint --input=albert_base/model.ckpt-best \
         --albert_config_file=albert_base/albert_config.json --output=albert_base_hf \
         --output_format=hf
+    python -m albert.convert_checkpoint --input=out/MRPC --output=mrpc_tf1 --output_format=tf1
 """
 
 from __future__ import annotations
@@ -16,7 +21,14 @@ import sys
 
 from absl import app, flags, logging
 
-from albert.checkpoints import CheckpointError, load_checkpoint, read_config, save_checkpoint
+from albert.checkpoints import (
+    CheckpointError,
+    detect_format,
+    load_checkpoint,
+    read_config,
+    save_checkpoint,
+)
+from albert.checkpoints.stored_model import build_stored_model
 from albert.config import AlbertConfig, ConfigError
 from albert.modeling import AlbertPretrainer
 
@@ -37,6 +49,10 @@ flags.DEFINE_bool(
 # Files that mark a training run's output_dir (albert.training): converting into one would
 # rewrite its `checkpoint` file and break its resume.
 _TRAINING_MARKS = ("input_state", "run.lock", "best_checkpoint.txt", "evaluated_checkpoint.txt")
+
+
+class OutputFormatError(CheckpointError):
+    """`--output_format` cannot hold what the input holds (a usage error: exit status 2)."""
 
 
 def check_output_dir(output: str, overwrite: bool = False) -> None:
@@ -91,6 +107,7 @@ def convert(
     Raises:
         CheckpointError: no checkpoint at `input_path`, no config, a checkpoint that does
             not fit the config, or an `output` that `check_output_dir` refuses.
+        OutputFormatError: a fine-tuned checkpoint to "hf".
         ConfigError: an invalid config file.
     """
     check_output_dir(output, overwrite)
@@ -102,8 +119,14 @@ def convert(
             raise CheckpointError(
                 f"{input_path} has no config beside it; pass --albert_config_file."
             )
-    model = AlbertPretrainer(config)
-    result = load_checkpoint(model, input_path)
+    format_name = detect_format(input_path)
+    model = build_stored_model(config, input_path, format_name)
+    if output_format == "hf" and not isinstance(model, AlbertPretrainer):
+        raise OutputFormatError(
+            f"--input={input_path} is a fine-tuned {type(model).__name__}, whose head has no HF "
+            "names here; use --output_format=tf1 (the original's names) or keras."
+        )
+    result = load_checkpoint(model, input_path, format_name)
     # Heads the input lacks would be written with random values: write the encoder only.
     source = model.backbone if result.initialised else model
     written = save_checkpoint(source, output, output_format)
@@ -123,7 +146,7 @@ def main(argv):
         )
     except (CheckpointError, ConfigError) as e:
         print(f"convert_checkpoint: error: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, OutputFormatError) else 1
     return 0
 
 

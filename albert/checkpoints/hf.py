@@ -29,6 +29,7 @@ from albert.checkpoints.table import (
     initialised_paths,
     model_parts,
     plan_load,
+    task_head,
 )
 from albert.config import AlbertConfig, ConfigError
 
@@ -329,8 +330,14 @@ def save(model, directory: str) -> str:
         `directory`.
 
     Raises:
-        CheckpointError: the model's layer sharing cannot be written in HF names.
+        CheckpointError: the model's layer sharing cannot be written in HF names, or it has
+            a fine-tuning head (which the table has no names for; it would be dropped).
     """
+    if task_head(model)[0] is not None:
+        raise CheckpointError(
+            f"A {type(model).__name__}'s task head has no HF names here; save it as tf1 (the "
+            "original's names) or keras, or save its .backbone alone."
+        )
     bound = bind(HF_TABLE, model, "HF")
     has_heads = any(bound[part] for part in bound if part != BACKBONE)
     config = model_parts(model)[BACKBONE].config

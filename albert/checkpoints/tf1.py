@@ -212,6 +212,21 @@ def load(model, path: str) -> LoadResult:
     )
 
 
+def stored_shapes(path: str) -> dict:
+    """Name -> shape of the TF1 checkpoint at `path`, as `load` matches them (no optimizer
+    slots, no `global_step`, no TF-Hub `module/` prefix).
+
+    Raises:
+        CheckpointError: no checkpoint, or one that cannot be read.
+    """
+    prefix = resolve_prefix(path)
+    try:
+        reader = tf.compat.v1.train.NewCheckpointReader(prefix)
+    except (tf.errors.OpError, ValueError) as e:
+        raise CheckpointError(f"Cannot read TF1 checkpoint {prefix}: {e}") from None
+    return _model_names(reader.get_variable_to_shape_map())[0]
+
+
 def _model_names(stored_shapes: dict) -> tuple:
     """Drops optimizer slots and `global_step`, strips TF-Hub's `module/` prefix.
 
@@ -265,9 +280,11 @@ def save(model, directory: str, prefix_name: str = DEFAULT_PREFIX) -> str:
 
 def _write_state_file(directory: str, prefix_name: str) -> None:
     """The `checkpoint` file through which `tf.train.latest_checkpoint(directory)` finds it."""
-    # A relative path keeps the directory movable.
+    # The bare name, as in the original's files, keeps the directory movable. The function
+    # rewrites relative names as relative to its `save_dir` ("../model.ckpt" for "out", or
+    # for any gs:// path, which is never absolute): "." leaves the name as it is.
     state = tf.compat.v1.train.generate_checkpoint_state_proto(
-        directory, prefix_name, all_model_checkpoint_paths=[prefix_name]
+        ".", prefix_name, all_model_checkpoint_paths=[prefix_name]
     )
     from albert import fileio
 

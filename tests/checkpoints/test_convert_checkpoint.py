@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -103,3 +104,24 @@ def test_cli_errors_are_one_line_without_traceback(tmp_path):
         "checkpoint prefix or directory, an HF directory (config.json + model.safetensors) or "
         "Keras weights (*.weights.h5 with albert_config.json)."
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["-m", "albert.convert_checkpoint", "--helpfull"],
+        # The `albert-convert` console script: the module imported under its own name.
+        ["-c", "import sys; from albert.convert_checkpoint import run; sys.exit(run())"],
+    ],
+)
+def test_helpfull_lists_each_flag_once(command):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+    argv = command if command[0] == "-m" else [*command, "--helpfull"]
+    result = subprocess.run(
+        [sys.executable, *argv], capture_output=True, text=True, env=env, cwd=REPO, timeout=120
+    )
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    listed = re.findall(r"^\s+(?:-\S,)?--(?:\[no\])?(\w+):", result.stdout, re.MULTILINE)
+    assert {"input", "output", "output_format", "albert_config_file", "overwrite"} <= set(listed)
+    assert sorted(name for name in set(listed) if listed.count(name) > 1) == []

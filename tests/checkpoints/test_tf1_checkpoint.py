@@ -259,3 +259,20 @@ def test_written_checkpoint_initialises_tf1_graph_variables(tmp_path):
             value = session.run(variables[key])
     expected = model.backbone.encoder.attention_blocks[1][1].key.kernel.numpy()
     np.testing.assert_array_equal(value, expected)
+
+
+@pytest.mark.parametrize("relative", [True, False])
+def test_state_file_names_the_checkpoint_by_its_bare_name(tmp_path, monkeypatch, relative):
+    # The original's `checkpoint` files hold `model_checkpoint_path: "model.ckpt"`; a path
+    # relative to the working directory (`../model.ckpt` for --output=out) finds nothing.
+    monkeypatch.chdir(tmp_path)
+    output = "out" if relative else str(tmp_path / "out")
+    save_checkpoint(AlbertBackbone(tiny_config()), output, "tf1")
+    state = tf.compat.v1.train.get_checkpoint_state(output)
+    assert state.model_checkpoint_path == os.path.join(output, "model.ckpt")
+    with open(tmp_path / "out" / "checkpoint") as f:
+        assert f.read().splitlines() == [
+            'model_checkpoint_path: "model.ckpt"',
+            'all_model_checkpoint_paths: "model.ckpt"',
+        ]
+    assert tf.train.latest_checkpoint(output) == os.path.join(output, "model.ckpt")
