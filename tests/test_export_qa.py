@@ -50,6 +50,8 @@ def _model(seed):
     return model
 
 
+# Slow tier: builds, exports and serves a model (~11 s).
+@pytest.mark.slow
 @pytest.mark.skipif(not SHARED_SQUAD.exists(), reason="no shared SQuAD data")
 def test_served_answers_are_the_predictions_json_text(tmp_path):
     pairs = _questions(tmp_path / "dev.json", seed=0)
