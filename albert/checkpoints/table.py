@@ -282,11 +282,25 @@ def _listing(items: list) -> str:
 
 
 def assign(assignments: dict, read) -> None:
-    """Writes `read(name)` (transposed where the table says) into each bound variable."""
+    """Writes `read(name)` (transposed where the table says) into each bound variable.
+
+    Every value is read before any is assigned, so a file that fails half-way (truncated,
+    corrupted) leaves the model as it was.
+
+    Raises:
+        CheckpointError: a value cannot be read.
+    """
+    values = {}
+    for name in assignments:
+        try:
+            values[name] = np.asarray(read(name))
+        except Exception as e:  # the readers' own errors: IndexError, OpError, OSError, ...
+            raise CheckpointError(
+                f"Cannot read {name!r} from the checkpoint: the file is corrupted or "
+                f"truncated ({type(e).__name__}: {e})."
+            ) from None
     for name, binding in assignments.items():
-        value = np.asarray(read(name))
-        if binding.transposed:
-            value = value.T
+        value = values[name].T if binding.transposed else values[name]
         binding.variable.assign(value.astype(binding.variable.dtype))
 
 

@@ -276,3 +276,16 @@ def test_state_file_names_the_checkpoint_by_its_bare_name(tmp_path, monkeypatch,
             'all_model_checkpoint_paths: "model.ckpt"',
         ]
     assert tf.train.latest_checkpoint(output) == os.path.join(output, "model.ckpt")
+
+
+def test_a_truncated_checkpoint_is_a_checkpoint_error_and_assigns_nothing(tmp_path):
+    config = tiny_config()
+    _original_checkpoint(tmp_path, config)
+    data = next(tmp_path.glob("model.ckpt-best.data-*"))
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 3])  # cut short
+    model = AlbertPretrainer(config)
+    before = [w.numpy() for w in model.weights]
+    with pytest.raises(CheckpointError, match="corrupted or truncated"):
+        load_checkpoint(model, str(tmp_path / "model.ckpt-best"))
+    for value, weight in zip(before, model.weights, strict=True):
+        np.testing.assert_array_equal(value, weight.numpy())  # the model is as it was
