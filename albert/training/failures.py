@@ -28,7 +28,8 @@ TRACEBACK_ENV = "ALBERT_TRACEBACK"
 _NO_SPACE = "No space left on device"
 _READ_ONLY = "Read-only file system"
 # Where TensorFlow names a file in an error message: an absolute or gs:// style path.
-_PATH = re.compile(r"((?:[a-z][a-z0-9+.-]*://|/)[^\s:;,'\"\[\]{}]+)")
+# It starts a word: the "/sub" of a relative "ro/sub" is not a path of its own.
+_PATH = re.compile(r"(?<![^\s'\"(\[{=])((?:[a-z][a-z0-9+.-]*://|/)[^\s:;,'\"\[\]{}]+)")
 # tf.gather / embedding lookup: "indices[3,5] = 1200 is not in [0, 1000)".
 _OUT_OF_RANGE = re.compile(r"indices\[[\d,]*\] = (-?\d+) is not in \[0, (\d+)\)")
 
@@ -98,8 +99,9 @@ def describe_failure(exception: BaseException) -> str | None:
     ):
         reason = "is on a read-only file system" if read_only else "is not writable"
         return (
-            f"{file or 'The output location'} {reason} (permission denied); pass an "
-            "--output_dir you can write to, or fix its permissions."
+            f"{file or 'The output location'} {reason} (permission denied); point the "
+            "output flag (--output_dir, or --output_file) at a folder you can write to, or "
+            "fix its permissions."
         )
     found = _OUT_OF_RANGE.search(text)
     if _class_named(exception, "InvalidArgumentError") and found:

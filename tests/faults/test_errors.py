@@ -97,7 +97,16 @@ def test_full_disk():
 def test_read_only_output(error, reason):
     message = describe_failure(error)
     assert message.startswith(f"/ro/out {reason}")
-    assert "pass an --output_dir you can write to" in message
+    assert "(--output_dir, or --output_file) at a folder you can write to" in message
+
+
+def test_a_relative_path_is_not_named_by_its_tail():
+    # TensorFlow names the file as given: "ro/sub/x" must not become the file "/sub/x".
+    error = tf.errors.PermissionDeniedError(None, None, "ro/sub/x.tfrecord; Read-only file system")
+    message = describe_failure(error)
+    assert message.startswith("The output location is on a read-only file system"), message
+    absolute = tf.errors.PermissionDeniedError(None, None, "open '/ro/x': Permission denied")
+    assert describe_failure(absolute).startswith("/ro/x is not writable")
 
 
 def test_ids_beyond_the_vocabulary():
