@@ -37,6 +37,8 @@ sys.path.insert(0, ROOT)
 
 import jax_pretraining  # noqa: E402
 
+from albert.modeling import attention_kernel  # noqa: E402
+
 BATCH, DISTINCT_BATCHES = 16, 4
 LEARNING_RATE, WARMUP_STEPS = 0.005, 10
 REFERENCE_FILE = os.path.join(ROOT, "benchmarks", "gpu_reference_losses.json")
@@ -105,6 +107,9 @@ def jax_losses(config, steps, device):
         model, optimizer = _model_and_optimizer(config, steps)
         step = jax_pretraining.make_train_step(model, optimizer)
         state = jax_pretraining.initial_state(model, optimizer)
+        chosen = "fused" if attention_kernel.fused() else "explicit"
+        found = jax_pretraining.attention_in(step, state, batches(config, 1)[0])
+        print(f"attention on {device}: {chosen} kernel; the compiled step runs {found}")
         losses = []
         for batch in batches(config, steps):
             loss, state = step(state, batch)

@@ -74,11 +74,9 @@ def set_numpy_weights(model, seed=0, stddev=0.02):
         weight.assign(value.astype("float32"))
 
 
-def make_train_step(model, optimizer, clip_norm=1.0):
-    """A jitted `step(state, batch) -> (loss, state)`, where `state = initial_state(...)`."""
-    import jax
-    from keras import ops
-
+def make_loss_fn(model):
+    """`loss_fn(trainable, non_trainable, batch) -> (loss, non_trainable)`: the pretraining
+    loss of `model` run statelessly on those variable values (JAX differentiates it)."""
     from albert.modeling.losses import loss_normalizers, pretraining_loss
 
     def loss_fn(trainable, non_trainable, batch):
@@ -91,7 +89,15 @@ def make_train_step(model, optimizer, clip_norm=1.0):
         )
         return loss, non_trainable
 
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    return loss_fn
+
+
+def make_train_step(model, optimizer, clip_norm=1.0):
+    """A jitted `step(state, batch) -> (loss, state)`, where `state = initial_state(...)`."""
+    import jax
+    from keras import ops
+
+    grad_fn = jax.value_and_grad(make_loss_fn(model), has_aux=True)
 
     def step(state, batch):
         trainable, non_trainable, optimizer_variables = state
@@ -105,6 +111,13 @@ def make_train_step(model, optimizer, clip_norm=1.0):
         return loss, (trainable, non_trainable, optimizer_variables)
 
     return jax.jit(step, donate_argnums=0)
+
+
+def attention_in(step, state, batch):
+    """Which attention kernel the compiled `step` runs: "cuDNN fused attention" when XLA's
+    program calls cuDNN's fused multi-head attention, else "XLA ops"."""
+    text = step.lower(state, batch).compile().as_text()
+    return "cuDNN fused attention" if "cudnn$fmha" in text else "XLA ops"
 
 
 def initial_state(model, optimizer):

@@ -11,6 +11,7 @@ import math
 import keras
 from keras import ops
 
+from albert.modeling import attention_kernel
 from albert.modeling.activations import activation
 from albert.modeling.dropout import Dropout
 from albert.modeling.embeddings import truncated_normal
@@ -94,6 +95,34 @@ class AlbertAttention(keras.layers.Layer):
         y = ops.reshape(y, (-1, length, self.num_heads, self.head_size))
         return ops.transpose(y, (0, 2, 1, 3))
 
+    def _context(self, q, k, v, num_queries, seq_len, attention_bias, training):
+        """The explicit kernel: q [B*K, H], k and v [B*T, H] -> context [B*K, H]."""
+        dtype = self.compute_dtype
+        q = self._heads(q, num_queries)  # [B, N, K, D]
+        k, v = self._heads(k, seq_len), self._heads(v, seq_len)  # [B, N, T, D]
+        if not _scale_folds(self.scale):
+            q = q * ops.cast(self.scale, dtype)
+        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # [B, N, K, T]
+        # Softmax in float32 whatever the compute dtype: bfloat16 sums lose the tail mass.
+        scores = ops.cast(scores, "float32") + ops.cast(attention_bias, "float32")
+        probs = ops.cast(ops.softmax(scores, axis=-1), dtype)
+        probs = self.attention_dropout(probs, training=training)
+        context = ops.matmul(probs, v)  # [B, N, K, D]
+        return ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, self.hidden_size))
+
+    def _fused_context(self, q, k, v, num_queries, seq_len, attention_bias):
+        """The fused kernel (`attention_kernel`), no dropout: the same shapes as `_context`."""
+        heads = lambda y, length: ops.reshape(  # noqa: E731
+            y, (-1, length, self.num_heads, self.head_size)
+        )  # [B, length, N, D]: the fused kernel's layout, no transpose
+        q, k, v = heads(q, num_queries), heads(k, seq_len), heads(v, seq_len)
+        # cuDNN takes a bias of the scores' last two dims only: [B, 1, 1, T] -> [B, 1, K, T].
+        bias = ops.cast(attention_bias, self.compute_dtype)
+        bias = ops.broadcast_to(bias, (ops.shape(q)[0], 1, num_queries, seq_len))
+        scale = 1.0 if _scale_folds(self.scale) else self.scale
+        context = ops.dot_product_attention(q, k, v, bias=bias, scale=scale)  # [B, K, N, D]
+        return ops.reshape(context, (-1, self.hidden_size))
+
     def call(self, x, attention_bias, training=False, query_positions=None, weights=None):
         """x: [B, T, H]; attention_bias: float32 [B, 1, 1, T], 0 or MASK_ADDER.
 
@@ -120,17 +149,11 @@ class AlbertAttention(keras.layers.Layer):
             )
             q = ops.matmul(queries, q_kernel) + q_bias  # [B*K, H]
             k, v = ops.split(ops.matmul(rows, kv_kernel) + kv_bias, 2, axis=-1)
-        q = self._heads(q, num_queries)  # [B, N, K, D]
-        k, v = self._heads(k, seq_len), self._heads(v, seq_len)  # [B, N, T, D]
-        if not _scale_folds(self.scale):
-            q = q * ops.cast(self.scale, dtype)
-        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # [B, N, K, T]
-        # Softmax in float32 whatever the compute dtype: bfloat16 sums lose the tail mass.
-        scores = ops.cast(scores, "float32") + ops.cast(attention_bias, "float32")
-        probs = ops.cast(ops.softmax(scores, axis=-1), dtype)
-        probs = self.attention_dropout(probs, training=training)
-        context = ops.matmul(probs, v)  # [B, N, K, D]
-        context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, h))  # [B*K, H]
+        dropout = training and self.attention_dropout.rate > 0
+        if attention_kernel.fused(num_queries, seq_len) and not dropout:
+            context = self._fused_context(q, k, v, num_queries, seq_len, attention_bias)
+        else:
+            context = self._context(q, k, v, num_queries, seq_len, attention_bias, training)
         out = ops.matmul(context, weights["output_kernel"].use()) + weights["output_bias"].use()
         out = self.output_dropout(out, training=training)
         ln = self.layer_norm
