@@ -136,7 +136,8 @@ class Row:
                 env["KERAS_BACKEND"] = "jax"
         if which == "ours_jax":
             env["KERAS_BACKEND"] = "jax"
-        if args.profile_dir and env.get("KERAS_BACKEND") == "jax":  # the step's HLO, to read
+        self.runs_on_jax = env.get("KERAS_BACKEND") == "jax"
+        if args.profile_dir and self.runs_on_jax:  # the step's HLO, to read
             import device_profile
 
             flags = device_profile.dump_flags(profile_folder(args, label, precision))
@@ -436,7 +437,10 @@ def print_profiles(rows, args, clock):
     """Each JAX row's device time by kind of op (`--profile_dir`), while the clock allows."""
     for row in rows:
         step = max(row.times or [0.0])
-        if row.error or clock.left() < 10 * step + 15:
+        if row.error or not row.runs_on_jax:
+            continue
+        if clock.left() < 10 * step + 15:
+            print(f"{row.label}: not profiled, {clock.left():.0f} s left of --deadline_seconds")
             continue
         folder = profile_folder(args, row.label, row.precision)
         summary = row.profile(folder, timeout=max(30.0, 20 * step))
