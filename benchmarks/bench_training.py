@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from machine import cpu_model, gpu_name, mfu_percent, model_flops, peak_tflops
+from machine import cpu_model, gpu_name, gpu_peak_mib, mfu_percent, model_flops, peak_tflops
 from training_rows import (
     PREDICTIONS,
     ROOT,
@@ -67,7 +67,7 @@ def serve(args, config_values):
         step()
         print(json.dumps({"seconds": time.perf_counter() - start}), flush=True)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"peak_mib": peak_mib}), flush=True)
+    print(json.dumps({"peak_mib": peak_mib, "gpu_peak_mib": gpu_peak_mib()}), flush=True)
 
 
 @contextlib.contextmanager
@@ -116,7 +116,7 @@ class Row:
 
     def __init__(self, which, label, precision, args, jit=-1, warmup_lock=None, clock=None):
         self.which, self.label, self.precision, self.jit = which, label, precision, jit
-        self.times, self.error, self.peak_mib = [], None, None
+        self.times, self.error, self.peak_mib, self.gpu_peak_mib = [], None, None, None
         self.started, self.build_seconds = time.monotonic(), None
         self.rerun_alone = False  # run again alone: out of memory beside the others
         self.log = tempfile.TemporaryFile("w+")
@@ -201,6 +201,7 @@ class Row:
             self.process.stdin.flush()
             reply = self.read(timeout)
             self.peak_mib = reply and reply["peak_mib"]
+            self.gpu_peak_mib = reply and reply.get("gpu_peak_mib")
         self.process.wait()
 
 
@@ -335,7 +336,7 @@ def compare(args, config_values):
         row.finish(timeout=max(5.0, min(60.0, clock.left())))  # its peak memory
     rows = run_alone(started, rows, args, clock)
     flops = model_flops(config_values, args.batch, args.seq, PREDICTIONS)
-    mfu_header = f" {'MFU':>6s}" if gpu else ""
+    mfu_header = f" {'MFU':>6s} {'peak GPU':>10s}" if gpu else ""
     print(f"{'implementation':36s} {'precision':10s} {'seq/s':>7s} {'peak RSS':>10s}{mfu_header}")
     results = {}
     for row in rows:
@@ -351,13 +352,15 @@ def compare(args, config_values):
         memory = f"{row.peak_mib:7.0f} MiB" if row.peak_mib else "    n/a"
         mfu = ""
         if gpu:
-            mfu = f" {mfu_percent(flops, rate, args.batch, peak):>6s}"
+            gpu_memory = f"{row.gpu_peak_mib:6.0f} MiB" if row.gpu_peak_mib else "       n/a"
+            mfu = f" {mfu_percent(flops, rate, args.batch, peak):>6s} {gpu_memory}"
         print(f"{row.name(args):36s} {row.precision:10s} {rate:7.2f} {memory}{mfu}{note}")
     print(f"\n* run_pretraining.py's default here ({args.auto_path[2]})")
     if gpu:
         print(
             f"MFU: {flops / 1e12:.2f} TFLOP of model matmuls per step (whole model, "
-            "forward + backward) x steps/s / the bf16 peak. Peak RSS is host memory."
+            "forward + backward) x steps/s / the bf16 peak. Peak RSS is host memory; peak "
+            "GPU is what the row's framework allocated on the card."
         )
     print(ratio_lines(results, args))
 

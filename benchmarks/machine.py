@@ -82,3 +82,27 @@ def cpu_model():
     )
     bf16 = sorted(set(flags) & {"avx512_bf16", "amx_bf16", "amx_tile"})
     return f"{model}; bf16 flags: {', '.join(bf16) or 'none'}"
+
+
+def gpu_peak_mib():
+    """Peak GPU memory this process's framework allocated (MiB), or None off a GPU: JAX's
+    `peak_bytes_in_use`, PyTorch's `max_memory_allocated`, TensorFlow's `get_memory_info`
+    peak, for whichever of them the process has imported and placed on a GPU."""
+    import sys
+
+    peaks = []
+    if "jax" in sys.modules:
+        jax = sys.modules["jax"]
+        for device in jax.devices():
+            stats = device.platform == "gpu" and device.memory_stats()
+            if stats and "peak_bytes_in_use" in stats:
+                peaks.append(stats["peak_bytes_in_use"])
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            peaks.append(torch.cuda.max_memory_allocated())
+    if "tensorflow" in sys.modules:
+        tf = sys.modules["tensorflow"]
+        for index, _ in enumerate(tf.config.list_logical_devices("GPU")):
+            peaks.append(tf.config.experimental.get_memory_info(f"GPU:{index}")["peak"])
+    return max(peaks) / 2**20 if peaks else None

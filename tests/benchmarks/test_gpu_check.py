@@ -69,6 +69,29 @@ def test_mfu_text():
     assert machine.mfu_percent(1e12, 320.0, 32, None) == "n/a"
 
 
+def test_gpu_peak_memory_of_whichever_framework_holds_the_card(monkeypatch):
+    import types
+
+    device = lambda platform, peak: types.SimpleNamespace(  # noqa: E731
+        platform=platform, memory_stats=lambda: {"peak_bytes_in_use": peak}
+    )
+    jax = types.SimpleNamespace(devices=lambda: [device("gpu", 3 * 2**30)])
+    cuda = types.SimpleNamespace(
+        is_available=lambda: True, is_initialized=lambda: True, max_memory_allocated=lambda: 2**30
+    )
+    for name in ("jax", "torch", "tensorflow"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert machine.gpu_peak_mib() is None  # none of them imported
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    assert machine.gpu_peak_mib() == 1024
+    monkeypatch.setitem(sys.modules, "jax", jax)
+    assert machine.gpu_peak_mib() == 3 * 1024
+    monkeypatch.setitem(
+        sys.modules, "jax", types.SimpleNamespace(devices=lambda: [device("cpu", 5)])
+    )
+    assert machine.gpu_peak_mib() == 1024  # JAX on the CPU only: not a GPU figure
+
+
 def test_loss_comparison_within_and_outside_bf16_tolerance():
     reference = [7.60, 7.58, 7.55, 7.50, 7.41, 7.30]
     close = [7.62, 7.57, 7.58, 7.49, 7.43]
