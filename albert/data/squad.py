@@ -163,7 +163,9 @@ def read_squad_examples(input_file: str, version_2_with_negative: bool | None = 
 def _read_question(qa, context):
     is_impossible = bool(qa.get("is_impossible", False))
     answer_text, start = "", -1
-    if not is_impossible and qa["answers"]:
+    # A file to predict may have no "answers" key (the original reads it only to train); a
+    # training question without an answer is skipped with a warning (squad_features).
+    if not is_impossible and qa.get("answers"):
         answer_text = qa["answers"][0]["text"]
         start = int(qa["answers"][0]["answer_start"])
     return SquadExample(qa["id"], qa["question"], context, answer_text, start, is_impossible)

@@ -106,6 +106,15 @@ def test_reader_v1_and_v2(tmp_path):
     assert not example.is_impossible and example.answer_text == "France"
 
 
+def test_reader_takes_questions_without_answers(tmp_path):
+    # A file to predict need not hold answers (the original reads "answers" only to train).
+    content = squad_json([("Paris is in France.", ["France"])])
+    qa = content["data"][0]["paragraphs"][0]["qas"][0]
+    del qa["answers"], qa["is_impossible"]
+    (example,) = read_squad_examples(write_json(tmp_path / "test.json", content))
+    assert example == SquadExample("q0", "Where is France?", "Paris is in France.", "", -1, False)
+
+
 def test_reader_errors_name_the_file_and_place(tmp_path):
     with pytest.raises(SquadDataError, match="does not exist"):
         read_squad_examples(str(tmp_path / "missing.json"))
