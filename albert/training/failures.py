@@ -9,6 +9,8 @@ sentence naming the file and what to do:
     OSError ENOSPC, "No space left"          the disk is full
     OSError EACCES/EPERM/EROFS,
     tf.errors.PermissionDeniedError          the output folder is read-only or not writable
+    "is not a directory", OSError ENOTDIR    a folder to write (--output_dir, --cached_dir)
+                                             is an existing file
     InvalidArgumentError "indices ... not in [0, V)" from an embedding lookup
                                              token ids beyond the config's vocab_size
 
@@ -102,6 +104,14 @@ def describe_failure(exception: BaseException) -> str | None:
             f"{file or 'The output location'} {reason} (permission denied); point the "
             "output flag (--output_dir, or --output_file) at a folder you can write to, or "
             "fix its permissions."
+        )
+    if code == errno.ENOTDIR or (
+        _class_named(exception, "FailedPreconditionError") and "is not a directory" in text
+    ):
+        return (
+            f"A folder this run writes ({file or 'an output folder'}) is an existing file, or "
+            "lies under one; point --output_dir (or --cached_dir, --export_dir) at a folder, "
+            "or move the file away."
         )
     found = _OUT_OF_RANGE.search(text)
     if _class_named(exception, "InvalidArgumentError") and found:

@@ -100,6 +100,21 @@ def test_read_only_output(error, reason):
     assert "(--output_dir, or --output_file) at a folder you can write to" in message
 
 
+def test_a_file_where_a_folder_belongs(tmp_path):
+    # --output_dir (or --cached_dir) naming an existing file: one line, not a traceback.
+    existing = tmp_path / "out"
+    existing.write_text("")
+    with pytest.raises(tf.errors.FailedPreconditionError) as caught:
+        tf.io.gfile.makedirs(str(existing / "features"))
+    expected = f"A folder this run writes ({existing}) is an existing file"
+    assert (describe_failure(caught.value) or "").startswith(expected)
+    with pytest.raises(NotADirectoryError) as caught:
+        os.makedirs(existing / "features")
+    assert (describe_failure(caught.value) or "").startswith(
+        f"A folder this run writes ({existing / 'features'}) is an existing file, or lies under one"
+    )
+
+
 def test_a_relative_path_is_not_named_by_its_tail():
     # TensorFlow names the file as given: "ro/sub/x" must not become the file "/sub/x".
     error = tf.errors.PermissionDeniedError(None, None, "ro/sub/x.tfrecord; Read-only file system")
