@@ -6,7 +6,10 @@ this module decides when to write one and what to resume from. The data iterator
 worker is saved next to a checkpoint as `input_state/worker_<i>/ckpt-<step>`, written before
 the checkpoint itself: `tf.train.CheckpointManager` commits a checkpoint by rewriting the
 `checkpoint` file atomically, so a run killed at any moment resumes from a checkpoint whose
-input state exists. The best weights by the task's metric are kept as `model.ckpt-best`
+input state exists. Beside it, `ckpt-<step>.element_spec.json` holds the shapes of the
+batches it yields: a rerun whose batches differ (another `--train_batch_size` or
+`--max_seq_length`) does not restore it (the loop then starts a reshuffled pass), as its
+buffered batches of the old shape would fail the first step. The best weights by the task's metric are kept as `model.ckpt-best`
 (see `TrainingTask.save_best`).
 
 A checkpoint whose files are damaged (a disk that filled up, a copy cut short) is skipped on
@@ -21,6 +24,7 @@ checkpoint is committed, its evaluation not run).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -46,6 +50,7 @@ BEST_INFO_FILE = "best_checkpoint.txt"
 # The step of the last checkpoint evaluated during training (resume evaluates a newer one).
 EVALUATED_FILE = "evaluated_checkpoint.txt"
 INPUT_STATE_DIR = "input_state"
+INPUT_SPEC_SUFFIX = ".element_spec.json"
 FAULT_POINT_ENV = "ALBERT_FAULT_POINT"
 
 
@@ -90,6 +95,14 @@ def is_intact(prefix):
     return True
 
 
+def element_spec_signature(iterator):
+    """The shapes and dtypes of the batches `iterator` yields, as JSON."""
+    specs = tf.nest.map_structure(
+        lambda spec: [spec.shape.as_list(), spec.dtype.name], iterator.element_spec
+    )
+    return json.dumps(specs, sort_keys=True)
+
+
 def first_line(error):
     return str(error).strip().splitlines()[0][:300]
 
@@ -132,16 +145,33 @@ class TrainingCheckpoints:
         return os.path.join(self.output_dir, INPUT_STATE_DIR, worker, f"ckpt-{step}")
 
     def restore_input(self, iterator, step):
-        """Restores `iterator` to where it was at `step`; returns False if nothing was saved."""
+        """Restores `iterator` to where it was at `step`; returns False if nothing was saved.
+
+        Raises:
+            ValueError: the state was saved for batches of another shape or dtype.
+        """
         prefix = self._input_state_prefix(step)
         if not tf.io.gfile.exists(prefix + ".index"):
             return False
+        spec_path = prefix + INPUT_SPEC_SUFFIX
+        if tf.io.gfile.exists(spec_path):  # Older runs saved none.
+            with tf.io.gfile.GFile(spec_path) as f:
+                saved = f.read()
+            if saved != element_spec_signature(iterator):
+                raise ValueError(
+                    "it holds batches of another shape; were --train_batch_size or "
+                    "--max_seq_length changed?"
+                )
         tf.train.Checkpoint(iterator=iterator).read(prefix).assert_consumed()
         return True
 
     def _save_input(self, step):
         if self.input_iterator is not None:
-            tf.train.Checkpoint(iterator=self.input_iterator).write(self._input_state_prefix(step))
+            prefix = self._input_state_prefix(step)
+            fileio.write_text(
+                prefix + INPUT_SPEC_SUFFIX, element_spec_signature(self.input_iterator)
+            )
+            tf.train.Checkpoint(iterator=self.input_iterator).write(prefix)
 
     def _remove_old_input_states(self):
         kept = {int(p.rsplit("-", 1)[1]) for p in self.manager.checkpoints}

@@ -1,5 +1,6 @@
 """Training checkpoints hold every model weight (keyed by path) and restore them."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -68,3 +69,35 @@ def test_key_values_round_trip(tmp_path):
         "global_step": "7",
         "masked_lm_accuracy": "0.25",
     }
+
+
+def _batches(batch_size, seq_len):
+    features = {"input_ids": tf.reshape(tf.range(60 * seq_len), [60, seq_len])}
+    # Static batches, as the training input gives them.
+    dataset = tf.data.Dataset.from_tensor_slices(features).repeat()
+    return iter(dataset.batch(batch_size, drop_remainder=True))
+
+
+def test_input_state_of_other_batches_is_not_restored(tmp_path):
+    # A rerun with another --train_batch_size or --max_seq_length: the saved iterator would
+    # restore buffered batches of the old shape and fail at the first step with a traceback.
+    step = tf.Variable(0, dtype=tf.int64)
+    model = keras.Sequential([keras.layers.Dense(2)])
+    model.build((None, 3))
+    optimizer = keras.optimizers.SGD()
+
+    def checkpoints():
+        return checkpointing.TrainingCheckpoints(
+            str(tmp_path), str(tmp_path), model, optimizer, step, max_to_keep=2
+        )
+
+    saving = checkpoints()
+    saving.input_iterator = _batches(4, 7)
+    next(saving.input_iterator)
+    saving.save(1)
+    same = _batches(4, 7)
+    assert checkpoints().restore_input(same, 1)
+    assert next(same)["input_ids"][0, 0] == 4 * 7
+    for batch_size, seq_len in ((3, 7), (4, 5)):
+        with pytest.raises(ValueError, match="batches of another shape"):
+            checkpoints().restore_input(_batches(batch_size, seq_len), 1)
