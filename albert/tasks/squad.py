@@ -436,8 +436,8 @@ def squad_task_key(flag_values):
     and --num_train_epochs / --warmup_proportion become steps before the table fills them.
 
     Raises:
-        FlagError, SquadDataError: a file the run needs is not given or not readable, or an
-            epochs or warmup flag given twice or out of range.
+        FlagError, SquadDataError: a file the run needs is not given or not readable, --do_eval
+            of a file without answers, or an epochs or warmup flag given twice or out of range.
     """
     if flag_values.do_train:
         training_flags.require(flag_values, "train_file")
@@ -451,6 +451,12 @@ def squad_task_key(flag_values):
     ):
         logging.info("--predict_file has answers: evaluating it too (eval_results.txt).")
         flag_values.do_eval = True
+    elif flag_values.do_eval and not gold_dataset(flag_values.predict_file):
+        # Refused now, not at the first evaluation after training to a checkpoint.
+        raise training_flags.FlagError(
+            f"--predict_file={flag_values.predict_file} holds no answers to evaluate against; "
+            "drop --do_eval (or pass a dev file)."
+        )
     if not flag_values.use_einsum:
         logging.warning("--use_einsum=false has no effect here (it chose TF1 kernels for TFLite).")
     task_key = "squad2.0" if v2 else "squad1.1"

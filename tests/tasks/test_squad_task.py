@@ -216,6 +216,25 @@ def test_missing_predict_file_is_one_clear_error(tmp_path):
         _task(True).export_saved_model(None, str(tmp_path / "x"))
 
 
+def test_evaluating_a_file_without_answers_is_refused_before_training(tmp_path, monkeypatch):
+    # It was refused at the first evaluation, after training to the first checkpoint.
+    config = synthetic.write_config(tmp_path / "config.json")
+    train_file = write_marker_squad(tmp_path / "train.json", 4, seed=0)
+    unlabeled = json.loads(Path(train_file).read_text(encoding="utf-8"))
+    for paragraph in unlabeled["data"][0]["paragraphs"]:
+        for qa in paragraph["qas"]:
+            del qa["answers"]
+    predict_file = tmp_path / "test.json"
+    predict_file.write_text(json.dumps(unlabeled), encoding="utf-8")
+    monkeypatch.setattr(engine, "run_with_flags", lambda *args: pytest.fail("ran the task"))
+    with pytest.raises(ValueError, match="test.json holds no answers to evaluate against"):
+        run_squad(
+            *tiny_flags(config, tmp_path / "out", train_file, predict_file),
+            "--do_train",
+            "--do_eval",
+        )
+
+
 def test_v2_predictions_take_the_threshold_of_the_final_evaluation():
     # The final evaluation is of the weights that predict (model.ckpt-best), which need not
     # be the last checkpoint the training loop evaluated.
