@@ -9,8 +9,8 @@ the checkpoint itself: `tf.train.CheckpointManager` commits a checkpoint by rewr
 input state exists. Beside it, `ckpt-<step>.element_spec.json` holds the shapes of the
 batches it yields: a rerun whose batches differ (another `--train_batch_size` or
 `--max_seq_length`) does not restore it (the loop then starts a reshuffled pass), as its
-buffered batches of the old shape would fail the first step. The best weights by the task's metric are kept as `model.ckpt-best`
-(see `TrainingTask.save_best`).
+buffered batches of the old shape would fail the first step. The best weights by the task's
+metric are kept as `model.ckpt-best` (see `TrainingTask.save_best`).
 
 A checkpoint whose files are damaged (a disk that filled up, a copy cut short) is skipped on
 resume for the newest intact one, with a warning naming it.
