@@ -100,8 +100,8 @@ def describe_failure(exception: BaseException) -> str | None:
         reason = "is on a read-only file system" if read_only else "is not writable"
         return (
             f"{file or 'The output location'} {reason} (permission denied); point the "
-            "output flag (--output_dir, or --output_file) at a folder you can write to, or "
-            "fix its permissions."
+            "output flag (--output_dir, --output_file or --output) at a folder you can write to, "
+            "or fix its permissions."
         )
     found = _OUT_OF_RANGE.search(text)
     if _class_named(exception, "InvalidArgumentError") and found:
