@@ -31,6 +31,7 @@ from albert.checkpoints import (
 from albert.checkpoints.stored_model import build_stored_model
 from albert.config import AlbertConfig, ConfigError
 from albert.modeling import AlbertPretrainer
+from albert.training.failures import describe_failure, traceback_requested
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -147,6 +148,13 @@ def main(argv):
     except (CheckpointError, ConfigError) as e:
         print(f"convert_checkpoint: error: {e}", file=sys.stderr)
         return 2 if isinstance(e, OutputFormatError) else 1
+    except Exception as e:
+        # A read-only or full disk under --output: one line and exit 2, as every entry point.
+        message = describe_failure(e)
+        if message is None or traceback_requested(FLAGS.verbosity):
+            raise
+        print(f"convert_checkpoint: error: {message}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -177,6 +177,12 @@ def output_paths(output_file: str, num_output_shards: int | None) -> list:
     if not paths:
         raise PretrainingDataError("--output_file is empty; pass a path for the TFRecords.")
     if num_output_shards is None:
+        # Two shards written to one path would lose one of them.
+        seen = set()
+        for path in paths:
+            if os.path.abspath(path) in seen:
+                raise PretrainingDataError(f"--output_file names {path} twice; list each once.")
+            seen.add(os.path.abspath(path))
         return paths
     if num_output_shards < 1:
         raise PretrainingDataError(f"--num_output_shards must be >= 1; got {num_output_shards}.")

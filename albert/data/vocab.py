@@ -102,7 +102,8 @@ def train_vocab(
         The path of the written `.model` file.
 
     Raises:
-        VocabError: no input file, or SentencePiece refuses the corpus or vocab_size.
+        VocabError: no input file, a `model_prefix` folder that cannot be created, or
+            SentencePiece refuses the corpus or vocab_size.
     """
     if 0 < input_sentence_size <= 100:
         raise VocabError(
@@ -112,7 +113,13 @@ def train_vocab(
     files = expand_input_files(input_files)
     directory = os.path.dirname(model_prefix)
     if directory:
-        os.makedirs(directory, exist_ok=True)
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as e:  # A read-only or otherwise unwritable place: one line.
+            raise VocabError(
+                f"Cannot create {directory} ({e.strerror.lower()}); point --model_prefix at a "
+                "folder you can write to."
+            ) from None
     # Trained under a hidden temporary prefix, checked, then renamed: a failure or a full disk
     # never leaves a cut-short model under the final name or replaces an earlier one.
     temporary = os.path.join(directory, f".{os.path.basename(model_prefix)}.tmp-{uuid.uuid4().hex}")

@@ -6,7 +6,7 @@ from keras import ops
 from albert.config import AlbertConfig
 from albert.modeling.embeddings import AlbertEmbeddings, truncated_normal
 from albert.modeling.encoder import MASK_ADDER, AlbertEncoder
-from albert.modeling.serialization import serializable
+from albert.modeling.serialization import from_model_config, model_config, serializable
 
 
 def attention_bias_from_mask(input_mask):
@@ -98,8 +98,8 @@ class AlbertBackbone(keras.Model):
 
     # === Config ===
     def get_config(self):
-        return {"config": self.config.to_dict(), "name": self.name}
+        return model_config(self, config=self.config.to_dict())
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        return from_model_config(cls, config)

@@ -5,7 +5,7 @@ import keras
 from albert.config import AlbertConfig
 from albert.modeling.backbone import AlbertBackbone
 from albert.modeling.heads import AlbertMaskedLMHead, AlbertSentenceOrderHead
-from albert.modeling.serialization import serializable
+from albert.modeling.serialization import from_model_config, model_config, serializable
 
 
 @serializable
@@ -64,8 +64,8 @@ class AlbertPretrainer(keras.Model):
 
     # === Config ===
     def get_config(self):
-        return {"config": self.config.to_dict(), "name": self.name}
+        return model_config(self, config=self.config.to_dict())
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        return from_model_config(cls, config)

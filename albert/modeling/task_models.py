@@ -9,7 +9,7 @@ from keras import ops
 
 from albert.config import AlbertConfig
 from albert.modeling.backbone import AlbertBackbone
-from albert.modeling.serialization import serializable
+from albert.modeling.serialization import from_model_config, model_config, serializable
 from albert.modeling.task_heads import AlbertClassificationHead, AlbertSpanHead, AlbertSquadV2Head
 
 
@@ -56,12 +56,16 @@ class AlbertClassifier(keras.Model):
         return {"logits": self.classifier(pooled, training=training)}
 
     def get_config(self):
-        return {
-            "backbone": self.config.to_dict(),
-            "num_labels": self.num_labels,
-            "dropout_rate": self.dropout_rate,
-            "name": self.name,
-        }
+        return model_config(
+            self,
+            backbone=self.config.to_dict(),
+            num_labels=self.num_labels,
+            dropout_rate=self.dropout_rate,
+        )
+
+    @classmethod
+    def from_config(cls, config):
+        return from_model_config(cls, config)
 
 
 @serializable
@@ -147,11 +151,15 @@ class AlbertQuestionAnswering(keras.Model):
         return self.qa_head(sequence, inputs["p_mask"], start_positions, training=training)
 
     def get_config(self):
-        return {
-            "backbone": self.config.to_dict(),
-            "version_2_with_negative": self.version_2_with_negative,
-            "start_n_top": self.start_n_top,
-            "end_n_top": self.end_n_top,
-            "dropout_rate": self.dropout_rate,
-            "name": self.name,
-        }
+        return model_config(
+            self,
+            backbone=self.config.to_dict(),
+            version_2_with_negative=self.version_2_with_negative,
+            start_n_top=self.start_n_top,
+            end_n_top=self.end_n_top,
+            dropout_rate=self.dropout_rate,
+        )
+
+    @classmethod
+    def from_config(cls, config):
+        return from_model_config(cls, config)

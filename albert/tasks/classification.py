@@ -137,14 +137,17 @@ class GlueTask(engine.FineTuningTask):
         outputs = logits[:, 0] if self.glue.is_regression else softmax(logits)
         return glue_submission.write_glue_predictions(output_dir, self.glue.name, examples, outputs)
 
-    def export_saved_model(self, model, export_dir):
-        from albert.export import export_classifier
-
+    def check_export(self):
         if not self.tokenizer.spm_model_file:
             raise engine.FineTuningError(
                 "--export_dir needs --spm_model_file: the SavedModel tokenizes in-graph with "
                 "SentencePiece, which a WordPiece --vocab_file cannot do."
             )
+
+    def export_saved_model(self, model, export_dir):
+        from albert.export import export_classifier
+
+        self.check_export()
         return export_classifier(
             model,
             self.tokenizer.spm_model_file,

@@ -154,9 +154,14 @@ class FineTuningTask(TrainingTask):
     def write_predictions(self, predictions, output_dir):
         """Writes the prediction files of PREDICT predictions; returns their paths."""
 
+    def check_export(self):
+        """Raises FineTuningError when `export_saved_model` cannot write this task's
+        SavedModel; `run` calls it before training, so a bad --export_dir costs no run."""
+        raise FineTuningError(f"{type(self).__name__} has no SavedModel export; drop --export_dir.")
+
     def export_saved_model(self, model, export_dir):
         """Writes a serving SavedModel of `model`; returns its directory."""
-        raise FineTuningError(f"{type(self).__name__} has no SavedModel export; drop --export_dir.")
+        self.check_export()
 
     # --- Data ------------------------------------------------------------------------
 
@@ -303,6 +308,8 @@ def run_with_flags(task, strategy, options, flag_values):
     then the optimizer, predict and export settings come from the shared flags."""
     from albert.training import flags as training_flags
 
+    if flag_values.export_dir:
+        task.check_export()  # Before the features are read and cached, too.
     use_output_dir(task, options.output_dir)
     task.read_features(flag_values.do_train, flag_values.do_eval, flag_values.do_predict)
     return run(
@@ -332,8 +339,11 @@ def run(task, strategy, options, optimizer_fn, do_predict=False, export_dir=None
     Raises:
         InputError: a batch the run uses does not split across the replicas (see
             `fit_batch_sizes`).
+        FineTuningError: `export_dir` is set and the task cannot export (`check_export`).
     """
     use_output_dir(task, options.output_dir)
+    if export_dir:
+        task.check_export()
     options = fit_batch_sizes(task, strategy.num_replicas_in_sync, options, do_predict)
     with output_dir_lock(options.output_dir, enabled=is_chief(strategy)):
         return _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir)

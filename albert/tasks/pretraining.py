@@ -158,7 +158,8 @@ def copy_from_group0(source, target):
     otherwise), as the original's `--init_from_group0`."""
     by_path = {w.path: w for w in source.weights}
     for weight in target.weights:
-        path = re.sub(r"group_\d+_", "group_0_", weight.path)
+        # `\b`: the layer group only, never the `inner_group_<i>_` that follows it.
+        path = re.sub(r"\bgroup_\d+_", "group_0_", weight.path)
         weight.assign(by_path[path])
 
 

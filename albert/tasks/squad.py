@@ -275,9 +275,7 @@ class SquadTask(engine.FineTuningTask):
         paths = squad_postprocessing.write_predictions(output_dir, answers, nbest, null_odds)
         return list(paths.values())
 
-    def export_saved_model(self, model, export_dir):
-        from albert.export_qa import export_question_answering
-
+    def check_export(self):
         if self.version_2_with_negative:
             raise engine.FineTuningError(
                 "--export_dir supports the SQuAD 1.1 span head only; drop "
@@ -288,6 +286,11 @@ class SquadTask(engine.FineTuningTask):
                 "--export_dir needs --spm_model_file: the SavedModel tokenizes in-graph with "
                 "SentencePiece, which a WordPiece --vocab_file cannot do."
             )
+
+    def export_saved_model(self, model, export_dir):
+        from albert.export_qa import export_question_answering
+
+        self.check_export()
         return export_question_answering(
             model,
             self.tokenizer.spm_model_file,

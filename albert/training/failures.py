@@ -102,8 +102,8 @@ def describe_failure(exception: BaseException) -> str | None:
         reason = "is on a read-only file system" if read_only else "is not writable"
         return (
             f"{file or 'The output location'} {reason} (permission denied); point the "
-            "output flag (--output_dir, or --output_file) at a folder you can write to, or "
-            "fix its permissions."
+            "output flag (--output_dir, --output_file or --output) at a folder you can write to, "
+            "or fix its permissions."
         )
     if code == errno.ENOTDIR or (
         _class_named(exception, "FailedPreconditionError") and "is not a directory" in text

@@ -1,5 +1,6 @@
 """`python -m albert.convert_checkpoint`: every format to every other, and one-line errors."""
 
+import errno
 import json
 import os
 import pathlib
@@ -89,6 +90,37 @@ def test_main_converts_from_flags(tmp_path):
         FLAGS.unparse_flags()
     assert (tmp_path / "pretrainer.weights.h5").is_file()
     assert (tmp_path / "albert_config.json").is_file()
+
+
+@pytest.mark.parametrize("writer_error", ["os", "tf"])
+def test_main_reports_a_read_only_output_in_one_line(writer_error, tmp_path, monkeypatch, capsys):
+    # As root a chmod'ed folder stays writable, so the failure is injected where the writers
+    # create --output: the hf and keras writers raise OSError, the tf1 writer TensorFlow's
+    # PermissionDeniedError (what a read-only mount gives each of them).
+    import tensorflow as tf
+
+    import albert.convert_checkpoint
+
+    output = tmp_path / "ro" / "out"
+
+    def read_only(*args, **kwargs):
+        if writer_error == "os":
+            raise OSError(errno.EROFS, "Read-only file system", str(output))
+        raise tf.errors.PermissionDeniedError(None, None, f"{output}; Read-only file system")
+
+    monkeypatch.setattr(albert.convert_checkpoint, "save_checkpoint", read_only)
+    monkeypatch.delenv("ALBERT_TRACEBACK", raising=False)
+    flags = [f"--input={HF_FIXTURE}", f"--output={output}", "--output_format=tf1"]
+    FLAGS(["convert_checkpoint", *flags])
+    try:
+        assert main([]) == 2
+    finally:
+        FLAGS.unparse_flags()
+    assert capsys.readouterr().err == (
+        f"convert_checkpoint: error: {output} is on a read-only file system (permission "
+        "denied); point the output flag (--output_dir, --output_file or --output) at a folder "
+        "you can write to, or fix its permissions.\n"
+    )
 
 
 @pytest.mark.slow

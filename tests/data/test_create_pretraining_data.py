@@ -144,6 +144,17 @@ def test_output_that_is_an_input_or_inputs_without_instances(tmp_path, spm_model
         create_pretraining_data(empty)
 
 
+def test_an_output_file_named_twice_is_refused(tmp_path, corpus_dir, spm_model):
+    # Two shards written to one path: the second replaced the first, and the summary still
+    # counted the lost instances as written.
+    out = tmp_path / "out"
+    twice = f"{out / 'a'},{out / 'b'},{out}/./a"
+    config = dataclasses.replace(_config(corpus_dir, spm_model, out), output_file=twice)
+    with pytest.raises(PretrainingDataError, match=re.escape(f"names {out}/./a twice")):
+        create_pretraining_data(config)
+    assert not out.exists()
+
+
 def test_wordpiece_vocab_without_a_sentencepiece_model(tmp_path, corpus_dir):
     words = sorted({w for line in SENTENCES for w in re.findall(r"\w+|[^\w\s]", line.lower())})
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

@@ -1,5 +1,6 @@
 """SentencePiece vocabulary training with the original ALBERT settings."""
 
+import errno
 import os
 import random
 import subprocess
@@ -215,3 +216,16 @@ def test_full_disk_keeps_the_earlier_model(tmp_path, monkeypatch):
     with pytest.raises(VocabError, match="incomplete"):
         train_vocab(text, earlier[: -len(".model")], vocab_size=120, num_threads=1)
     assert {e: open(earlier[:-6] + e, "rb").read() for e in earlier_bytes} == earlier_bytes
+
+
+def test_unwritable_model_prefix_folder_is_a_vocab_error(tmp_path, monkeypatch):
+    # As root a chmod'ed folder stays writable: the read-only mount's error is injected.
+    text = write_corpus(tmp_path)
+    folder = tmp_path / "ro" / "sub"
+
+    def read_only(directory, exist_ok=False):
+        raise OSError(errno.EROFS, "Read-only file system", directory)
+
+    monkeypatch.setattr(os, "makedirs", read_only)
+    with pytest.raises(VocabError, match=f"^Cannot create {folder} .*read-only file system"):
+        train_vocab(text, str(folder / "m"), vocab_size=120, num_threads=1)

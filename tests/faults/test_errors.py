@@ -97,7 +97,7 @@ def test_full_disk():
 def test_read_only_output(error, reason):
     message = describe_failure(error)
     assert message.startswith(f"/ro/out {reason}")
-    assert "(--output_dir, or --output_file) at a folder you can write to" in message
+    assert "(--output_dir, --output_file or --output) at a folder you can write to" in message
 
 
 def test_a_file_where_a_folder_belongs(tmp_path):

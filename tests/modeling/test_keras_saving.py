@@ -125,3 +125,31 @@ def test_every_layer_is_registered_and_its_config_round_trips(index):
 )
 def test_every_model_is_registered(cls):
     assert keras.saving.get_registered_name(cls) == f"albert>{cls.__name__}"
+
+
+@pytest.mark.parametrize("name", ["pretrainer", "classifier", "squad_v2"])
+def test_mixed_precision_model_loads_with_its_policy(tmp_path, name):
+    # Saved under mixed_bfloat16, loaded where the global policy is float32 (a fresh process):
+    # every layer keeps the policy it was saved with, so the outputs are the same.
+    build, shape = MODELS[name]
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = build(tiny())
+    finally:
+        keras.config.set_dtype_policy("float32")
+    features = inputs(shape, v2=name == "squad_v2")
+    if name != "pretrainer":
+        features.pop("masked_lm_positions")
+    expected = model(features, training=False)
+    model.save(str(tmp_path / "m.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "m.keras"))
+    assert keras.config.dtype_policy().name == "float32"
+
+    def policies(m):
+        return {layer.path: layer.dtype_policy.name for layer in m._flatten_layers()}
+
+    assert policies(loaded) == policies(model)
+    assert "mixed_bfloat16" in policies(model).values()
+    outputs = loaded(features, training=False)
+    for key, value in expected.items():
+        np.testing.assert_array_equal(np.asarray(outputs[key]), np.asarray(value), err_msg=key)

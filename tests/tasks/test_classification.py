@@ -195,3 +195,28 @@ def test_export_needs_a_sentencepiece_model(tmp_path):
     task.tokenizer = FullTokenizer(vocab_file=str(Path(synthetic.SPM_MODEL).with_suffix(".vocab")))
     with pytest.raises(engine.FineTuningError, match="--export_dir needs --spm_model_file"):
         task.export_saved_model(task.create_model(), str(tmp_path / "export"))
+
+
+def test_an_export_that_cannot_be_written_stops_the_run_before_training(tmp_path, monkeypatch):
+    # Found only after training, the error cost the whole run; it is a start-up check now.
+    from albert.training import loop
+
+    task = _task(tmp_path, "sst-2")
+    task.tokenizer = FullTokenizer(vocab_file=str(Path(synthetic.SPM_MODEL).with_suffix(".vocab")))
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained before checking --export_dir")
+
+    monkeypatch.setattr(loop, "run", no_training)
+    options = loop.RunOptions(
+        output_dir=str(tmp_path / "out"), num_train_steps=1, train_batch_size=2
+    )
+    with pytest.raises(engine.FineTuningError, match="--export_dir needs --spm_model_file"):
+        engine.run(
+            task,
+            tf.distribute.get_strategy(),
+            options,
+            optimizer_fn=None,
+            export_dir=str(tmp_path / "export"),
+        )
+    assert not (tmp_path / "export").exists()

@@ -296,3 +296,26 @@ def test_init_from_group0_copies_group_0_into_every_group(records, trained, tmp_
         assert np.array_equal(got[f"model/encoder/group_{group}_inner_group_0_{suffix}"], group_0)
     word = "model/embeddings/word_embeddings/.ATTRIBUTES/VARIABLE_VALUE"
     assert np.array_equal(got[word], source[word])
+
+
+def test_copy_from_group0_keeps_each_inner_block_apart():
+    # With inner_group_num=2 a path holds two group indexes (`group_1_inner_group_1_...`):
+    # only the outer one names the layer group; inner block 1 must come from inner block 1.
+    from albert.modeling import AlbertPretrainer
+    from tests.helpers import tiny_config
+
+    source = AlbertPretrainer(tiny_config(num_hidden_groups=1))
+    target = AlbertPretrainer(tiny_config(num_hidden_groups=2))
+    pretraining.copy_from_group0(source, target)
+    stored = {w.path: w.numpy() for w in source.weights}
+    for group in (0, 1):
+        for inner in (0, 1):
+            got = {
+                w.path: w.numpy()
+                for w in target.weights
+                if f"/group_{group}_inner_group_{inner}_" in w.path
+            }
+            assert got
+            for path, value in got.items():
+                source_path = path.replace(f"/group_{group}_", "/group_0_")
+                assert np.array_equal(value, stored[source_path]), path
