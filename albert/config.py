@@ -168,10 +168,13 @@ class AlbertConfig:
                 "`hidden_size` must be divisible by `num_attention_heads`. Received: "
                 f"hidden_size={self.hidden_size}, num_attention_heads={self.num_attention_heads}"
             )
-        if self.num_hidden_layers % self.num_hidden_groups:
+        # Layer l uses group int(l / L * G), as the original: any G <= L gives every group a
+        # layer (L=3, G=2: layers 0, 1 -> group 0, layer 2 -> group 1); G > L would leave some
+        # group without one, and the original's checkpoints without its variables.
+        if self.num_hidden_groups > self.num_hidden_layers:
             raise ConfigError(
-                "`num_hidden_layers` must be divisible by `num_hidden_groups`. Received: "
-                f"num_hidden_layers={self.num_hidden_layers}, "
+                "`num_hidden_groups` must not exceed `num_hidden_layers` (a group no layer uses). "
+                f"Received: num_hidden_layers={self.num_hidden_layers}, "
                 f"num_hidden_groups={self.num_hidden_groups}"
             )
         if self.hidden_act not in ACTIVATIONS:

@@ -83,6 +83,7 @@ def test_reads_reference_names_through_model_attributes(tmp_path):
         dict(num_hidden_layers=1, num_hidden_groups=1, inner_group_num=1),
         dict(num_hidden_layers=6, num_hidden_groups=3, inner_group_num=2),
         dict(num_hidden_layers=3, num_hidden_groups=3, inner_group_num=3),
+        dict(num_hidden_layers=5, num_hidden_groups=3, inner_group_num=2),  # L % G != 0
     ],
 )
 def test_any_number_of_groups_and_inner_groups(tmp_path, sizes):

@@ -12,11 +12,22 @@ def test_valid_config_builds():
     assert tiny_config().head_size == 6
 
 
+def test_layers_need_not_divide_into_groups():
+    """The original takes any G <= L: layer l uses group int(l / L * G)."""
+    config = tiny_config(num_hidden_layers=5, num_hidden_groups=3)
+    assert [config.group_of_layer(layer) for layer in range(5)] == [0, 0, 1, 1, 2]
+    assert [tiny_config(num_hidden_layers=3).group_of_layer(layer) for layer in range(3)] == [
+        0,
+        0,
+        1,
+    ]
+
+
 @pytest.mark.parametrize(
     "changes, message",
     [
         (dict(num_attention_heads=4), "`hidden_size` must be divisible by `num_attention_heads`"),
-        (dict(num_hidden_groups=3), "`num_hidden_layers` must be divisible by `num_hidden_groups`"),
+        (dict(num_hidden_groups=5), "`num_hidden_groups` must not exceed `num_hidden_layers`"),
         (dict(hidden_act="gelu_fast"), "`hidden_act` must be one of"),
         (dict(layer_sharing="half_shared"), "`layer_sharing` must be one of"),
         (dict(hidden_dropout_prob=1.0), "`hidden_dropout_prob` must be in"),

@@ -40,7 +40,7 @@ def max_differences(outputs, expected):
     }
 
 
-@pytest.mark.parametrize("name", ["grouped", "gelu_exact"])
+@pytest.mark.parametrize("name", ["grouped", "gelu_exact", "uneven_groups"])
 def test_matches_hf_albert_for_pretraining(name):
     model, inputs, expected = load_fixture(name)
     assert inputs["input_mask"].min() == 0  # the batch has padding
@@ -68,7 +68,7 @@ def test_tolerance_tells_the_two_gelus_apart():
     assert all(d > TOLERANCE for d in differences.values()), differences
 
 
-@pytest.mark.parametrize("name", ["grouped", "gelu_exact"])
+@pytest.mark.parametrize("name", ["grouped", "gelu_exact", "uneven_groups"])
 def test_masked_positions_only_gives_the_same_logits(name):
     """The last block run at [CLS] + masked positions only (pretraining's fast path) matches
     HF's full pass, and gives the full sequence output's rows at those positions."""
