@@ -6,7 +6,10 @@ this module decides when to write one and what to resume from. The data iterator
 worker is saved next to a checkpoint as `input_state/worker_<i>/ckpt-<step>`, written before
 the checkpoint itself: `tf.train.CheckpointManager` commits a checkpoint by rewriting the
 `checkpoint` file atomically, so a run killed at any moment resumes from a checkpoint whose
-input state exists. Beside it, `ckpt-<step>.element_spec.json` holds the shapes of the
+input state exists. With several workers (MultiWorkerMirroredStrategy) each writes its own, and
+the chief commits only after every worker has (`wait_for_workers`, a cross-worker barrier), so
+a worker killed before it saved its position cannot leave a committed checkpoint without it.
+Beside it, `ckpt-<step>.element_spec.json` holds the shapes of the
 batches it yields: a rerun whose batches differ (another `--train_batch_size` or
 `--max_seq_length`) does not restore it (the loop then starts a reshuffled pass), as its
 buffered batches of the old shape would fail the first step. The best weights by the task's
@@ -116,12 +119,24 @@ class TrainingCheckpoints:
         model, optimizer, global_step: what to save.
         max_to_keep: `--keep_checkpoint_max`.
         worker_index: this worker's index (names its input-state files).
+        wait_for_workers: called between writing this worker's input state and committing
+            the checkpoint; returns once every worker has written its own (a barrier), or
+            None with one worker.
     """
 
     def __init__(
-        self, output_dir, write_dir, model, optimizer, global_step, max_to_keep, worker_index=0
+        self,
+        output_dir,
+        write_dir,
+        model,
+        optimizer,
+        global_step,
+        max_to_keep,
+        worker_index=0,
+        wait_for_workers=None,
     ):
         self.output_dir = output_dir
+        self.wait_for_workers = wait_for_workers
         self.write_dir = write_dir
         self.global_step = global_step
         self.worker_index = worker_index
@@ -186,6 +201,8 @@ class TrainingCheckpoints:
     def save(self, step):
         """Writes the input state, then the checkpoint for `step` (keeping the newest ones)."""
         self._save_input(step)
+        if self.wait_for_workers is not None:
+            self.wait_for_workers()
         fault_point("checkpoint_write", step)
         path = self.manager.save(checkpoint_number=step)
         if self.input_iterator is not None:

@@ -182,6 +182,7 @@ def _build(task, strategy, options, optimizer_fn):
         global_step,
         max_to_keep=options.keep_checkpoint_max,
         worker_index=worker_index,
+        wait_for_workers=strategy_lib.worker_barrier(strategy),
     )
     trainer = Trainer(
         strategy,

@@ -234,6 +234,22 @@ def writable_dir(output_dir, strategy):
     return tempfile.mkdtemp(prefix=f"albert_worker_{index}_")
 
 
+def worker_barrier(strategy):
+    """A function that returns once every worker has called it, or None with one worker.
+
+    An all-reduce across the workers' replicas: no worker gets its result before all of
+    them have joined. Every worker must call it at the same points of the run.
+    """
+    if worker_info(strategy)[1] < 2:
+        return None
+
+    def barrier():
+        joined = strategy.run(lambda: tf.constant(1.0))
+        strategy.reduce(tf.distribute.ReduceOp.SUM, joined, axis=None).numpy()
+
+    return barrier
+
+
 def remove_worker_dir(path, output_dir):
     """Deletes a directory `writable_dir` created for a non-chief worker."""
     if path != output_dir and os.path.isdir(path):

@@ -5,26 +5,26 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import synthetic_pretraining as synthetic
 import tensorflow as tf
 
+from albert.training.checkpointing import FAULT_POINT_ENV
 from tests.helpers import free_ports
 
-# Slow tier: two worker processes train together (~25 s).
+# Slow tier: two worker processes train together (~25 s a run).
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_two_workers_complete_a_run(tmp_path):
+def _command(tmp_path, output_dir):
     data = synthetic.write_records(tmp_path / "train.tfrecord", 120, seed=9)
     config = synthetic.write_config(tmp_path / "config.json")
-    output_dir = tmp_path / "out"
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
-    command = [
+    return [
         sys.executable,
         str(REPO / "run_pretraining.py"),
         "--strategy=multi_worker",
@@ -44,8 +44,14 @@ def test_two_workers_complete_a_run(tmp_path):
         "--iterations_per_loop=3",
         "--max_eval_steps=2",
     ]
+
+
+def _start_workers(command, fault_points=(None, None)):
+    """Starts one process per worker on loopback ports; `fault_points[i]` sets worker i's
+    ALBERT_FAULT_POINT."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
     workers = []
-    for index in range(2):
+    for index, fault_point in enumerate(fault_points):
         tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
         env = dict(
             os.environ,
@@ -53,16 +59,30 @@ def test_two_workers_complete_a_run(tmp_path):
             TF_CPP_MIN_LOG_LEVEL="3",
             PYTHONPATH=str(REPO),
         )
+        env.pop(FAULT_POINT_ENV, None)
+        if fault_point:
+            env[FAULT_POINT_ENV] = fault_point
         workers.append(
             subprocess.Popen(
                 command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
             )
         )
+    return workers
+
+
+def _finish(workers):
+    """Waits for every worker; returns their logs."""
     try:
-        logs = [worker.communicate(timeout=240)[1] for worker in workers]
+        return [worker.communicate(timeout=240)[1] for worker in workers]
     finally:
         for worker in workers:
             worker.kill()
+
+
+def test_two_workers_complete_a_run(tmp_path):
+    output_dir = tmp_path / "out"
+    workers = _start_workers(_command(tmp_path, output_dir))
+    logs = _finish(workers)
     for worker, log in zip(workers, logs, strict=True):
         assert worker.returncode == 0, log[-3000:]
         assert "Strategy multi_worker with 2 replica(s)" in log
@@ -78,3 +98,28 @@ def test_two_workers_complete_a_run(tmp_path):
     assert (output_dir / "model.ckpt-best.index").exists()
     states = sorted(p.name for p in (output_dir / "input_state").iterdir())
     assert states == ["worker_0", "worker_1"]
+
+
+def test_a_worker_killed_before_saving_its_input_position(tmp_path):
+    """Worker 1 dies after the last step of a save interval, before writing its input state:
+    the chief must not commit that checkpoint (it would resume worker 1 on a reshuffled pass,
+    unlike an uninterrupted run); the rerun resumes every worker's position."""
+    output_dir = tmp_path / "out"
+    command = _command(tmp_path, output_dir)
+    workers = _start_workers(command, fault_points=(None, "train_step:3"))
+    workers[1].wait(timeout=240)
+    time.sleep(5)  # the chief, unguarded, commits model.ckpt-3 within milliseconds
+    workers[0].kill()
+    _finish(workers)
+    latest = tf.train.latest_checkpoint(str(output_dir))
+    if latest is not None:
+        step = latest.rsplit("-", 1)[1]
+        for worker in ("worker_0", "worker_1"):
+            assert (output_dir / "input_state" / worker / f"ckpt-{step}.index").exists(), worker
+
+    workers = _start_workers(command)
+    logs = _finish(workers)
+    for worker, log in zip(workers, logs, strict=True):
+        assert worker.returncode == 0, log[-3000:]
+        assert "reshuffling the data" not in log
+        assert "step 6/6" in log
