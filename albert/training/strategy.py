@@ -20,6 +20,7 @@ start on any host but worker 0, and refuses `--tpu_name=local` on a slice of sev
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -226,12 +227,18 @@ def writable_dir(output_dir, strategy):
 
     Multi-worker runs need every worker to take part in saving (the save may hold
     collectives), but only one copy must land in `output_dir`, as TensorFlow's multi-worker
-    guide recommends. Remove the temporary directory with `remove_worker_dir`.
+    guide recommends. A worker's directory is named after it and `output_dir` and emptied
+    here, so a rerun after a kill (which leaves it behind, full checkpoints included)
+    reclaims it instead of leaving one more. Remove it with `remove_worker_dir`.
     """
     if is_chief(strategy):
         return output_dir
     index = worker_info(strategy)[0]
-    return tempfile.mkdtemp(prefix=f"albert_worker_{index}_")
+    digest = hashlib.sha1(output_dir.encode()).hexdigest()[:12]
+    path = os.path.join(tempfile.gettempdir(), f"albert_worker_{index}_{digest}")
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path, mode=0o700)
+    return path
 
 
 def worker_barrier(strategy):

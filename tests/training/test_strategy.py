@@ -1,6 +1,9 @@
 """Strategy choice from flags, chief / worker roles, batch splitting."""
 
 import json
+import os
+import tempfile
+from pathlib import Path
 
 import pytest
 import tensorflow as tf
@@ -53,6 +56,22 @@ def test_single_process_is_the_chief(tmp_path):
     strategy = tf.distribute.get_strategy()
     assert strategy_lib.worker_info(strategy) == (0, 1, True)
     assert strategy_lib.writable_dir(str(tmp_path), strategy) == str(tmp_path)
+
+
+def test_a_worker_s_directory_is_reclaimed_by_the_rerun(tmp_path, monkeypatch):
+    """A SIGKILLed non-chief leaves its temporary checkpoints behind; the rerun on the same
+    output_dir empties and reuses that directory instead of leaving one more."""
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setattr(strategy_lib, "worker_info", lambda strategy: (1, 2, False))
+    output_dir = str(tmp_path / "out")
+    first = strategy_lib.writable_dir(output_dir, None)
+    (Path(first) / "model.ckpt-4.index").write_text("left by a killed run")
+    second = strategy_lib.writable_dir(output_dir, None)
+    assert second == first and os.listdir(second) == []
+    assert strategy_lib.writable_dir(str(tmp_path / "other"), None) != first
+    strategy_lib.remove_worker_dir(second, output_dir)
+    assert not os.path.exists(second)
 
 
 def test_global_batch_must_split_evenly():
