@@ -189,7 +189,13 @@ class TrainingCheckpoints:
             tf.train.Checkpoint(iterator=self.input_iterator).write(prefix)
 
     def _remove_old_input_states(self):
-        kept = {int(p.rsplit("-", 1)[1]) for p in self.manager.checkpoints}
+        # A non-chief keeps the input states of the chief's checkpoints in output_dir too:
+        # its own list (in its temporary directory) restarts empty with every rerun.
+        kept = list(self.manager.checkpoints)
+        state = tf.train.get_checkpoint_state(self.output_dir)
+        if state is not None:
+            kept += list(state.all_model_checkpoint_paths)
+        kept = {int(p.rsplit("-", 1)[1]) for p in kept}
         directory = os.path.dirname(self._input_state_prefix(0))
         for path in tf.io.gfile.glob(os.path.join(directory, "ckpt-*")):
             match = re.search(r"ckpt-(\d+)\.", os.path.basename(path))
@@ -206,6 +212,8 @@ class TrainingCheckpoints:
         fault_point("checkpoint_write", step)
         path = self.manager.save(checkpoint_number=step)
         if self.input_iterator is not None:
+            if self.wait_for_workers is not None:
+                self.wait_for_workers()  # The chief has committed: its list is final.
             self._remove_old_input_states()
         return path
 

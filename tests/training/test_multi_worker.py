@@ -101,21 +101,18 @@ def test_two_workers_complete_a_run(tmp_path):
 
 
 def test_a_worker_killed_before_saving_its_input_position(tmp_path):
-    """Worker 1 dies after the last step of a save interval, before writing its input state:
-    the chief must not commit that checkpoint (it would resume worker 1 on a reshuffled pass,
-    unlike an uninterrupted run); the rerun resumes every worker's position."""
+    """Worker 1 dies after step 6, before writing its input state: the chief must not commit
+    model.ckpt-6 (it would resume worker 1 on a reshuffled pass, unlike an uninterrupted
+    run). The rerun resumes both positions from step 3 and keeps worker 1's input state of
+    every checkpoint the chief keeps (its own list restarted empty)."""
     output_dir = tmp_path / "out"
     command = _command(tmp_path, output_dir)
-    workers = _start_workers(command, fault_points=(None, "train_step:3"))
+    workers = _start_workers(command, fault_points=(None, "train_step:6"))
     workers[1].wait(timeout=240)
-    time.sleep(5)  # the chief, unguarded, commits model.ckpt-3 within milliseconds
+    time.sleep(5)  # the chief, unguarded, commits model.ckpt-6 within milliseconds
     workers[0].kill()
     _finish(workers)
-    latest = tf.train.latest_checkpoint(str(output_dir))
-    if latest is not None:
-        step = latest.rsplit("-", 1)[1]
-        for worker in ("worker_0", "worker_1"):
-            assert (output_dir / "input_state" / worker / f"ckpt-{step}.index").exists(), worker
+    assert Path(tf.train.latest_checkpoint(str(output_dir))).name == "model.ckpt-3"
 
     workers = _start_workers(command)
     logs = _finish(workers)
@@ -123,3 +120,6 @@ def test_a_worker_killed_before_saving_its_input_position(tmp_path):
         assert worker.returncode == 0, log[-3000:]
         assert "reshuffling the data" not in log
         assert "step 6/6" in log
+    for worker in ("worker_0", "worker_1"):
+        states = sorted(p.name for p in (output_dir / "input_state" / worker).glob("*.index"))
+        assert states == ["ckpt-3.index", "ckpt-6.index"], worker
