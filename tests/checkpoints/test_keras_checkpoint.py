@@ -101,3 +101,10 @@ def test_a_fine_tuned_models_keras_directory_loads_by_its_directory(tmp_path):
     result = load_checkpoint(again, str(tmp_path))
     assert result.format == "keras" and result.initialised == []
     _assert_same_weights(again.weights, model.weights)
+
+
+def test_a_whole_keras_model_file_is_named_as_such(tmp_path):
+    # Not "No TF1 checkpoint at m.keras (expected the file m.keras.index)".
+    AlbertBackbone(tiny_config()).save(tmp_path / "m.keras")
+    with pytest.raises(CheckpointError, match=r"m.keras is a whole Keras model.*load_model"):
+        load_checkpoint(AlbertBackbone(tiny_config()), str(tmp_path / "m.keras"))
