@@ -64,6 +64,12 @@ class _ClassifierServing(tf.Module):
     def _outputs(self, sentences):
         segments = [self.tokenizer.tokenize(s) for s in sentences]  # each [B, (P)]
         inputs = self.tokenizer.pack(segments, self._max_seq_length)  # each [B, S]
+        if len(segments) == 2:
+            # As fine-tuning's features (and the original's): a sentence_b without tokens
+            # ("", whitespace) gives `[CLS] A [SEP]`, not `[CLS] A [SEP] [SEP]`.
+            single = self.tokenizer.pack(segments[:1], self._max_seq_length)
+            has_b = segments[1].row_lengths() > 0  # [B]
+            inputs = {k: tf.where(has_b[:, None], v, single[k]) for k, v in inputs.items()}
         logits = tf.cast(self._call_model(inputs), tf.float32)  # [B, C]
         if self._regression:
             outputs = {"score": logits[:, 0]}

@@ -11,8 +11,9 @@ import pytest
 import tensorflow as tf
 
 from albert.data import glue
-from albert.export import export_classifier
+from albert.export import _ClassifierServing, export_classifier
 from albert.modeling import AlbertBackbone, AlbertClassifier
+from albert.text_ops import InGraphTokenizer
 from albert.tokenization import FullTokenizer
 from tests.helpers import tiny_config
 
@@ -156,3 +157,17 @@ def test_a_failed_export_leaves_the_earlier_one_and_a_new_one_replaces_it_whole(
     after = _tree(export_dir)
     assert after.keys() == before.keys() and after != before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+
+def test_an_empty_sentence_b_is_served_as_fine_tuning_packs_it():
+    # glue.convert_examples_to_features (as the original) packs a second sentence without
+    # tokens as `[CLS] A [SEP]`; the served model must see the same ids.
+    model = _model(3, seed=1)
+    tokenizer = InGraphTokenizer(SPM_MODEL, do_lower_case=True)
+    serving = _ClassifierServing(model, tokenizer, MAX_SEQ_LENGTH, glue.MNLI_LABELS, True)
+    sentences_a = ["gold", "people came " * 9, "The River flows to the SEA.", "Café"]
+    sentences_b = ["", "", "   ", "free"]
+    served = serving.serve(tf.constant(sentences_a), tf.constant(sentences_b))
+    logits = _keras_logits(model, "mnli", sentences_a, sentences_b)
+    probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    assert np.max(np.abs(served["probabilities"].numpy() - probabilities)) < 1e-5

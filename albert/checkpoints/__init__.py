@@ -67,6 +67,12 @@ def detect_format(path: str) -> str:
         return "hf"
     if keras_format.is_keras(path):
         return "keras"
+    if path.endswith(".keras") and os.path.isfile(path):
+        raise CheckpointError(
+            f"{path} is a whole Keras model (model.save), not a checkpoint: load it with "
+            "keras.saving.load_model, or write its weights with save_checkpoint(model, DIR, "
+            '"keras") and pass DIR.'
+        )
     if "://" not in path and not os.path.exists(path) and not os.path.exists(path + ".index"):
         raise CheckpointError(f"No checkpoint found at {path}: {_EXPECTED}.")
     prefix = _tf1().resolve_prefix(path)  # raises naming what is wrong with the TF1 path

@@ -1,11 +1,11 @@
 """This project's own format: Keras `.weights.h5` files with `albert_config.json` beside them.
 
 Unlike TF1 and HF names it holds every sharing mode (`shared_attention`, `shared_ffn`). A
-directory holds `pretrainer.weights.h5` (an AlbertPretrainer's weights) or
-`backbone.weights.h5` (an AlbertBackbone's). The Keras loader matches weights by the model's
-structure and skips, with only a warning, blocks that the model lacks, so the config beside the
-weights is required and must match the model: with the same config and class, the structure,
-and so every weight, is the same.
+directory holds `pretrainer.weights.h5` (an AlbertPretrainer's weights), `backbone.weights.h5`
+(an AlbertBackbone's) or `model.weights.h5` (any other model's: a fine-tuned one). The Keras
+loader matches weights by the model's structure and skips, with only a warning, blocks that the
+model lacks, so the config beside the weights is required and must match the model: with the
+same config and class, the structure, and so every weight, is the same.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from albert.modeling import AlbertBackbone, AlbertPretrainer
 CONFIG_FILE = "albert_config.json"
 PRETRAINER_FILE = "pretrainer.weights.h5"
 BACKBONE_FILE = "backbone.weights.h5"
+MODEL_FILE = "model.weights.h5"  # any other model: a fine-tuned one
 _SUFFIX = ".weights.h5"
 
 
@@ -36,6 +37,11 @@ def weights_path(path: str) -> str:
     for name in (PRETRAINER_FILE, BACKBONE_FILE):
         if os.path.isfile(os.path.join(path, name)):
             return os.path.join(path, name)
+    # A fine-tuning run's output_dir holds model.weights.h5 too; it names its newest
+    # checkpoint (a TF `checkpoint` state file), as the README says.
+    model_file = os.path.join(path, MODEL_FILE)
+    if os.path.isfile(model_file) and not os.path.isfile(os.path.join(path, "checkpoint")):
+        return model_file
     return os.path.join(path, PRETRAINER_FILE)
 
 
@@ -141,7 +147,7 @@ def save(model, directory: str) -> str:
     elif isinstance(model, AlbertBackbone):
         name = BACKBONE_FILE
     else:
-        name = "model" + _SUFFIX
+        name = MODEL_FILE
     for stale in {PRETRAINER_FILE, BACKBONE_FILE} - {name}:
         if os.path.isfile(os.path.join(directory, stale)):
             os.remove(os.path.join(directory, stale))

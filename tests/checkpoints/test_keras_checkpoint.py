@@ -17,7 +17,7 @@ from albert.checkpoints import (
     read_config,
     save_checkpoint,
 )
-from albert.modeling import AlbertBackbone, AlbertPretrainer
+from albert.modeling import AlbertBackbone, AlbertClassifier, AlbertPretrainer
 from tests.helpers import tiny_config
 
 
@@ -87,3 +87,24 @@ def test_detect_format(tmp_path):
     assert detect_format(str(tmp_path / "tf1" / "model.ckpt-best")) == "tf1"
     with pytest.raises(CheckpointError, match="No checkpoint found"):
         detect_format(str(tmp_path))
+
+
+def test_a_fine_tuned_models_keras_directory_loads_by_its_directory(tmp_path):
+    # save_checkpoint writes a classifier as model.weights.h5; its directory is what
+    # convert_checkpoint --output_format=keras hands to a later --init_checkpoint.
+    model = randomize(AlbertClassifier(AlbertBackbone(tiny_config()), num_labels=3))
+    file = save_checkpoint(model, str(tmp_path), "keras")
+    assert file.endswith("model.weights.h5")
+    assert detect_format(str(tmp_path)) == "keras"
+    assert read_config(str(tmp_path)) == tiny_config()
+    again = AlbertClassifier(AlbertBackbone(tiny_config()), num_labels=3)
+    result = load_checkpoint(again, str(tmp_path))
+    assert result.format == "keras" and result.initialised == []
+    _assert_same_weights(again.weights, model.weights)
+
+
+def test_a_whole_keras_model_file_is_named_as_such(tmp_path):
+    # Not "No TF1 checkpoint at m.keras (expected the file m.keras.index)".
+    AlbertBackbone(tiny_config()).save(tmp_path / "m.keras")
+    with pytest.raises(CheckpointError, match=r"m.keras is a whole Keras model.*load_model"):
+        load_checkpoint(AlbertBackbone(tiny_config()), str(tmp_path / "m.keras"))
