@@ -38,6 +38,15 @@ def _run_cli(*flags):
     )
 
 
+def main_with_flags(*flags):
+    """`convert_checkpoint`'s main in this process with `flags` parsed; its exit code."""
+    FLAGS(["convert_checkpoint", *flags])
+    try:
+        return main([])
+    finally:
+        FLAGS.unparse_flags()
+
+
 def test_hf_to_tf1_to_keras_to_hf_is_exact(tmp_path):
     # The config comes from the input each time: HF config.json, then albert_config.json.
     convert(HF_FIXTURE, str(tmp_path / "tf1"), "tf1")
@@ -83,11 +92,7 @@ def test_tf1_input_without_any_config_asks_for_the_flag(tmp_path):
 
 def test_main_converts_from_flags(tmp_path):
     flags = [f"--input={HF_FIXTURE}", f"--output={tmp_path}", "--output_format=keras"]
-    FLAGS(["convert_checkpoint", *flags])
-    try:
-        assert main([]) == 0
-    finally:
-        FLAGS.unparse_flags()
+    assert main_with_flags(*flags) == 0
     assert (tmp_path / "pretrainer.weights.h5").is_file()
     assert (tmp_path / "albert_config.json").is_file()
 
@@ -111,11 +116,7 @@ def test_main_reports_a_read_only_output_in_one_line(writer_error, tmp_path, mon
     monkeypatch.setattr(albert.convert_checkpoint, "save_checkpoint", read_only)
     monkeypatch.delenv("ALBERT_TRACEBACK", raising=False)
     flags = [f"--input={HF_FIXTURE}", f"--output={output}", "--output_format=tf1"]
-    FLAGS(["convert_checkpoint", *flags])
-    try:
-        assert main([]) == 2
-    finally:
-        FLAGS.unparse_flags()
+    assert main_with_flags(*flags) == 2
     assert capsys.readouterr().err == (
         f"convert_checkpoint: error: {output} is on a read-only file system (permission "
         "denied); point the output flag (--output_dir, --output_file or --output) at a folder "

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from checkpoint_testing import randomize, read_tf1, reference_tf1_shapes
-from test_convert_checkpoint import _run_cli
+from test_convert_checkpoint import _run_cli, main_with_flags
 from test_original_finetuned_heads import build, head_shapes
 
 from albert.checkpoints import load_checkpoint, save_checkpoint, training_format
-from albert.convert_checkpoint import FLAGS, OutputFormatError, convert, main
+from albert.convert_checkpoint import OutputFormatError, convert
 from albert.modeling import AlbertClassifier
 from tests.helpers import tiny_config
 
@@ -85,11 +85,7 @@ def test_fine_tuned_run_to_hf_is_refused_in_one_line(tmp_path, capsys):
     with pytest.raises(OutputFormatError, match="use --output_format=tf1"):
         convert(str(tmp_path / "run"), str(tmp_path / "hf"), "hf")
     flags = [f"--input={tmp_path / 'run'}", f"--output={tmp_path / 'hf'}", "--output_format=hf"]
-    FLAGS(["convert_checkpoint", *flags])
-    try:
-        assert main([]) == 2
-    finally:
-        FLAGS.unparse_flags()
+    assert main_with_flags(*flags) == 2
     lines = capsys.readouterr().err.splitlines()
     assert [line for line in lines if "error" in line] == [
         f"convert_checkpoint: error: --input={tmp_path / 'run'} is a fine-tuned AlbertClassifier, "
