@@ -8,8 +8,9 @@
 `auto` (the default) is fused under Keras' JAX backend on a GPU, explicit everywhere else:
 TensorFlow's `dot_product_attention` is the explicit computation with a softmax in the
 compute dtype (bfloat16 would lose the tail mass), and on TPUs Keras' Splash path drops a
-bias and takes a mask from the first example only. Training with attention dropout always runs explicit (the
-fused kernel has no dropout). `ALBERT_ATTENTION=explicit|fused` overrides the choice.
+bias and takes a mask from the first example only. Training with attention dropout always
+runs explicit (the fused kernel has no dropout). `ALBERT_ATTENTION=explicit|fused` overrides
+the choice.
 """
 
 import os

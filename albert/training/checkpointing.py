@@ -6,14 +6,14 @@ this module decides when to write one and what to resume from. The data iterator
 worker is saved next to a checkpoint as `input_state/worker_<i>/ckpt-<step>`, written before
 the checkpoint itself: `tf.train.CheckpointManager` commits a checkpoint by rewriting the
 `checkpoint` file atomically, so a run killed at any moment resumes from a checkpoint whose
-input state exists. With several workers (MultiWorkerMirroredStrategy) each writes its own, and
-the chief commits only after every worker has (`wait_for_workers`, a cross-worker barrier), so
-a worker killed before it saved its position cannot leave a committed checkpoint without it.
-Beside it, `ckpt-<step>.element_spec.json` holds the shapes of the
-batches it yields: a rerun whose batches differ (another `--train_batch_size` or
-`--max_seq_length`) does not restore it (the loop then starts a reshuffled pass), as its
-buffered batches of the old shape would fail the first step. The best weights by the task's
-metric are kept as `model.ckpt-best` (see `TrainingTask.save_best`).
+input state exists. With several workers (MultiWorkerMirroredStrategy) each writes its own,
+and the chief commits only after every worker has (`wait_for_workers`, a cross-worker
+barrier), so a worker killed before it saved its position cannot leave a committed checkpoint
+without it. Beside it, `ckpt-<step>.element_spec.json` holds the shapes of the batches it
+yields: a rerun whose batches differ (another `--train_batch_size` or `--max_seq_length`) does
+not restore it (the loop then starts a reshuffled pass), as its buffered batches of the old
+shape would fail the first step. The best weights by the task's metric are kept as
+`model.ckpt-best` (see `TrainingTask.save_best`).
 
 A checkpoint whose files are damaged (a disk that filled up, a copy cut short) is skipped on
 resume for the newest intact one, with a warning naming it.
@@ -136,7 +136,7 @@ class TrainingCheckpoints:
         wait_for_workers=None,
     ):
         self.output_dir = output_dir
-        self.wait_for_workers = wait_for_workers
+        self.wait_for_workers = wait_for_workers or (lambda: None)
         self.write_dir = write_dir
         self.global_step = global_step
         self.worker_index = worker_index
@@ -207,13 +207,11 @@ class TrainingCheckpoints:
     def save(self, step):
         """Writes the input state, then the checkpoint for `step` (keeping the newest ones)."""
         self._save_input(step)
-        if self.wait_for_workers is not None:
-            self.wait_for_workers()
+        self.wait_for_workers()
         fault_point("checkpoint_write", step)
         path = self.manager.save(checkpoint_number=step)
         if self.input_iterator is not None:
-            if self.wait_for_workers is not None:
-                self.wait_for_workers()  # The chief has committed: its list is final.
+            self.wait_for_workers()  # The chief has committed: its list is final.
             self._remove_old_input_states()
         return path
 
