@@ -20,7 +20,9 @@ marked so:
 The rows themselves are in `training_rows.py`, the machine's description and the FLOPs
 in `machine.py`. Peak resident memory of each subprocess is reported beside its throughput. Rows whose
 packages are missing are skipped; a row whose steps take over `--max_step_seconds` stops taking
-turns and reports the steps it ran.
+turns and reports the steps it ran. Exit status 1 when a row has no figure (it failed, ran out
+of memory even alone, or did not build or step within `--deadline_seconds`), but for a row
+whose package is not installed.
 """
 
 import argparse
@@ -164,11 +166,20 @@ class Row:
     def name(self, args):
         return self.label + (" *" if self.is_auto(args) else "")
 
+    def key(self):
+        return self.which, self.precision, self.jit
+
+    def package_missing(self):
+        """Whether the row failed because its package is not installed here."""
+        return bool(self.error) and "ModuleNotFoundError" in self._log_tail()
+
+    def _log_tail(self, lines=30):
+        self.log.seek(0)
+        return "\n".join(self.log.read().splitlines()[-lines:])
+
     def out_of_memory(self):
         """Whether the row failed for want of (device) memory, by the end of its log."""
-        self.log.seek(0)
-        tail = "\n".join(self.log.read().splitlines()[-30:])
-        return bool(self.error) and bool(OUT_OF_MEMORY.search(tail))
+        return bool(self.error) and bool(OUT_OF_MEMORY.search(self._log_tail()))
 
     def read(self, timeout):
         """The next JSON line, or None (with `error` set) on a timeout or an exit."""
@@ -276,6 +287,12 @@ def main():
         "jax.profiler into this folder and print its device time by kind of op; beside each "
         "row's folder, keep its step's optimized HLO and its trace as one file each.",
     )
+    parser.add_argument(
+        "--turns_after_file",
+        help="Before the first turn, wait (within the deadline) until this file exists: "
+        "gpu_check.sh's loss check runs beside the rows' builds and writes it when it ends, "
+        "so that no timed step runs beside it.",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--warmup_lock", help=argparse.SUPPRESS)
     parser.add_argument(
@@ -289,7 +306,7 @@ def main():
     if args.one:
         return serve(args, config_values)
 
-    return compare(args, config_values)
+    return 0 if compare(args, config_values) else 1
 
 
 def compare(args, config_values):
@@ -332,6 +349,8 @@ def compare(args, config_values):
         for row in rows
     )
     print(f"built and warmed up in: {built or 'none'}")
+    if args.turns_after_file and not wait_for_file(args.turns_after_file, clock):
+        print(f"went on at the deadline without {args.turns_after_file}")
     turns = take_turns(rows, args, clock)
     if turns < args.steps:
         print(f"stopped after {turns} of {args.steps} turns: --deadline_seconds")
@@ -346,7 +365,8 @@ def compare(args, config_values):
     results = {}
     for row in rows:
         if not row.times:
-            print(f"{row.name(args):36s} {row.precision:10s} {row.error}")
+            reason = row.error or "no step within --deadline_seconds"
+            print(f"{row.name(args):36s} {row.precision:10s} {reason}")
             continue
         rate = args.batch / sorted(row.times)[len(row.times) // 2]
         if args.verbose:
@@ -368,6 +388,18 @@ def compare(args, config_values):
             "GPU is what the row's framework allocated on the card."
         )
     print(ratio_lines(results, args))
+    # Every row has a figure, but for one whose package is not installed here.
+    measured = {row.key() for row in results}
+    return all(row.key() in measured or row.package_missing() for row in started)
+
+
+def wait_for_file(path, clock, poll_seconds=0.5):
+    """Whether `path` exists before the clock leaves under 20 s (then the turns go on)."""
+    while not os.path.exists(path):
+        if clock.left() < 20:
+            return False
+        time.sleep(poll_seconds)
+    return True
 
 
 class Clock:
@@ -512,4 +544,4 @@ def quartiles(values):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -55,10 +55,13 @@ class FakeRow:
     alive; every row steps in fixed times."""
 
     alive = set()
-    name, is_auto, out_of_memory = (
+    name, is_auto, out_of_memory, key, package_missing, _log_tail = (
         bench_training.Row.name,
         bench_training.Row.is_auto,
         bench_training.Row.out_of_memory,
+        bench_training.Row.key,
+        bench_training.Row.package_missing,
+        bench_training.Row._log_tail,
     )
 
     def __init__(self, which, label, precision, args, jit=-1, warmup_lock=None, clock=None):
@@ -103,6 +106,7 @@ def _args(**overrides):
         profile_dir=None,
         verbose=False,
         peak_tflops=None,
+        turns_after_file=None,
     )
     values.update(overrides)
     return argparse.Namespace(**values)
@@ -126,7 +130,7 @@ def fake_rows(monkeypatch):
 
 
 def test_a_row_out_of_memory_beside_the_others_runs_again_alone(fake_rows, capsys):
-    bench_training.compare(_args(), _config())
+    assert bench_training.compare(_args(), _config())  # every row has a figure
     out = capsys.readouterr().out
     assert "keras-hub AlbertMaskedLM (no XLA) bfloat16: out of memory beside the others" in out
     table = out[out.index("implementation") :]
@@ -142,9 +146,53 @@ def test_a_row_out_of_memory_alone_is_not_run_again(fake_rows, monkeypatch, caps
         bench_training, "planned_rows", lambda args: [("keras_hub", "kh", "bfloat16", 0)]
     )
     FakeRow.alive.add("another process")  # out of memory even without another row
-    bench_training.compare(_args(), _config())
+    assert not bench_training.compare(_args(), _config())  # a row without a figure
     out = capsys.readouterr().out
     assert "again alone" not in out and "RESOURCE_EXHAUSTED" in out
+
+
+def test_a_row_whose_package_is_missing_is_no_failure(fake_rows, monkeypatch, capsys):
+    def read(row, timeout):
+        if row.which == "keras_hub":
+            row.log.write("ModuleNotFoundError: No module named 'keras_hub'\n")
+            row.error = "skipped  (ModuleNotFoundError: No module named 'keras_hub')"
+            return None
+        return {"ready": True}
+
+    monkeypatch.setattr(FakeRow, "read", read)
+    assert bench_training.compare(_args(), _config())
+    assert "skipped  (ModuleNotFoundError" in capsys.readouterr().out
+
+
+def test_rows_that_built_but_took_no_turn_say_so_and_fail(fake_rows, monkeypatch, capsys):
+    monkeypatch.setattr(bench_training, "take_turns", lambda rows, args, clock: 0)
+    assert not bench_training.compare(_args(), _config())
+    out = capsys.readouterr().out
+    table = out[out.index("implementation") :]
+    line = next(x for x in table.splitlines() if x.startswith("ours"))
+    assert line.split()[-4:] == ["no", "step", "within", "--deadline_seconds"]
+    assert "None" not in table
+
+
+def test_turns_wait_for_the_file_then_start(fake_rows, monkeypatch, tmp_path, capsys):
+    signal = tmp_path / "loss_check_done"
+    waited = []
+
+    def sleep(seconds):
+        waited.append(seconds)
+        signal.write_text("0")  # the loss check ends while the turns wait
+
+    monkeypatch.setattr(bench_training.time, "sleep", sleep)
+    assert bench_training.compare(_args(turns_after_file=str(signal)), _config())
+    assert waited[0] == 0.5 and waited.count(0.5) == 1  # one poll, then the turns
+    assert "went on at the deadline" not in capsys.readouterr().out
+
+
+def test_turns_go_on_without_the_file_when_the_deadline_nears(tmp_path):
+    clock = bench_training.Clock(10)  # under the 20 s the turns keep for themselves
+    assert not bench_training.wait_for_file(str(tmp_path / "never"), clock)
+    (tmp_path / "there").write_text("")
+    assert bench_training.wait_for_file(str(tmp_path / "there"), clock)
 
 
 def test_paired_ratio_cancels_a_slow_spell_that_the_medians_keep():

@@ -146,6 +146,7 @@ def test_gpu_check_keeps_within_its_budget_when_every_part_overruns(tmp_path):
         PATH=f"{tmp_path}:{os.environ['PATH']}",
         PYTHON=str(tmp_path / "python"),
         GPU_CHECK_SECONDS="21",
+        GPU_CHECK_PROFILE="1",
         CALLS=str(calls),
         OUT=str(tmp_path / "out"),
     )
@@ -162,13 +163,18 @@ def test_gpu_check_keeps_within_its_budget_when_every_part_overruns(tmp_path):
     elapsed = time.monotonic() - start
     assert done.returncode == 1, done.stdout + done.stderr  # every part timed out
     assert elapsed < 26, done.stdout
-    ran = calls.read_text().splitlines()
+    ran = sorted(calls.read_text().splitlines(), key=lambda call: "gpu_loss_check" not in call)
     assert len(ran) == 3 and "gpu_loss_check.py --steps=200" in ran[0], ran
-    # The loss check takes its third (7 s); the benchmarks split the rest, 7 s each, and
-    # are told 7/8 of it (rounded down to whole seconds) as their deadline.
-    assert "albert_base_v2.json" in ran[1] and "--deadline_seconds=7" in ran[1]
+    # The loss check runs beside the first benchmark with half the budget (10 s). The
+    # benchmarks split the budget, 10-11 s each (by whole seconds of the clock), and are told
+    # 7/8 of it as their deadline; their turns wait for the loss check's end.
+    assert "albert_base_v2.json" in ran[1] and "albert_large_v2.json" in ran[2]
+    deadlines = [int(re.search(r"--deadline_seconds=(\d+)", call)[1]) for call in ran[1:]]
+    assert all(8 <= deadline <= 10 for deadline in deadlines), deadlines
+    assert all("--turns_after_file=" in call for call in ran[1:])
     assert re.search(r"--profile_dir=\S+/albert_base_v2", ran[1])
-    assert "albert_large_v2.json" in ran[2] and "--profile_dir" not in ran[2]
+    assert "--profile_dir" not in ran[2]
+    assert "gpu_check: the loss check (beside the ALBERT-base builds):" in done.stdout
     # The kept files come back from the device call: one folder down in $OUT, nothing deeper.
     kept = sorted(p.relative_to(tmp_path / "out") for p in (tmp_path / "out").rglob("*"))
     assert kept == [pathlib.Path("gpu_profile"), pathlib.Path("gpu_profile/row.hlo.txt.gz")]
