@@ -130,9 +130,24 @@ def convert(
     result = load_checkpoint(model, input_path, format_name)
     # Heads the input lacks would be written with random values: write the encoder only.
     source = model.backbone if result.initialised else model
-    written = save_checkpoint(source, output, output_format)
+    written = save_checkpoint(source, output, output_format, source_step(input_path))
     logging.info("Wrote %s (%s).", written, output_format)
     return written
+
+
+def source_step(input_path: str) -> int:
+    """The step the input was trained to, from a training checkpoint or a TF1 one that
+    holds `global_step`; 0 for any other input."""
+    from albert.checkpoints import tf1, training_format
+
+    for read in (training_format.global_step, tf1.stored_global_step):
+        try:
+            step = read(input_path)
+        except CheckpointError:
+            step = None
+        if step is not None:
+            return step
+    return 0
 
 
 def main(argv):

@@ -178,8 +178,9 @@ def _logged(result: LoadResult, format_name: str, path: str) -> LoadResult:
     return result
 
 
-def save_checkpoint(model, directory: str, format_name: str) -> str:
-    """Writes `model` into `directory` as "tf1", "hf" or "keras" (see each module's `save`).
+def save_checkpoint(model, directory: str, format_name: str, global_step: int = 0) -> str:
+    """Writes `model` into `directory` as "tf1", "hf" or "keras" (see each module's `save`);
+    a TF1 checkpoint also holds `global_step`, as the original's do.
 
     Returns:
         What was written: the TF1 prefix, the HF directory or the Keras weights file.
@@ -192,5 +193,5 @@ def save_checkpoint(model, directory: str, format_name: str) -> str:
     if format_name == "keras":
         return keras_format.save(model, directory)
     if format_name == "tf1":
-        return _tf1().save(model, directory)
+        return _tf1().save(model, directory, global_step=global_step)
     raise CheckpointError(f"Unknown checkpoint format {format_name!r}; use one of {FORMATS}.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 
+import numpy as np
 import tensorflow as tf
 from google.protobuf import text_format
 
@@ -112,6 +113,7 @@ TF1_TABLE = NameTable(
 
 CONFIG_FILE = "albert_config.json"
 DEFAULT_PREFIX = "model.ckpt"
+GLOBAL_STEP = "global_step"
 _MODULE_PREFIX = "module/"
 _SLOT_SUFFIXES = ("/adam_m", "/adam_v", "/lamb_m", "/lamb_v")
 _DATA_SUFFIX = re.compile(r"\.data-\d+-of-\d+$")
@@ -227,6 +229,16 @@ def stored_shapes(path: str) -> dict:
     return _model_names(reader.get_variable_to_shape_map())[0]
 
 
+def stored_global_step(path: str) -> int | None:
+    """The `global_step` of the TF1 checkpoint at `path`, or None where it has none (or
+    `path` is no TF1 checkpoint)."""
+    try:
+        reader = tf.compat.v1.train.NewCheckpointReader(resolve_prefix(path))
+        return int(reader.get_tensor(GLOBAL_STEP)) if reader.has_tensor(GLOBAL_STEP) else None
+    except (CheckpointError, tf.errors.OpError, ValueError):
+        return None
+
+
 def _model_names(stored_shapes: dict) -> tuple:
     """Drops optimizer slots and `global_step`, strips TF-Hub's `module/` prefix.
 
@@ -235,7 +247,7 @@ def _model_names(stored_shapes: dict) -> tuple:
         stored, and the stored names skipped.
     """
     ignored = sorted(
-        n for n in stored_shapes if n.endswith(_SLOT_SUFFIXES) or n.split("/")[-1] == "global_step"
+        n for n in stored_shapes if n.endswith(_SLOT_SUFFIXES) or n.split("/")[-1] == GLOBAL_STEP
     )
     kept = [n for n in stored_shapes if n not in set(ignored)]
     strip = bool(kept) and all(n.startswith(_MODULE_PREFIX) for n in kept)
@@ -244,8 +256,11 @@ def _model_names(stored_shapes: dict) -> tuple:
     return shapes, stored_name, ignored
 
 
-def save(model, directory: str, prefix_name: str = DEFAULT_PREFIX) -> str:
+def save(model, directory: str, prefix_name: str = DEFAULT_PREFIX, global_step: int = 0) -> str:
     """Writes `model` as a TF1 checkpoint with the original names, plus `albert_config.json`.
+
+    Like the original's checkpoints it holds `global_step` (int64): the original's Estimator
+    restores every global variable, that one included, to evaluate or predict from it.
 
     Args:
         model: an AlbertBackbone, an AlbertPretrainer or a fine-tuning model (its head under
@@ -255,6 +270,7 @@ def save(model, directory: str, prefix_name: str = DEFAULT_PREFIX) -> str:
         directory: created if needed; receives `<prefix_name>.index`, `.data-00000-of-00001`,
             a `checkpoint` state file and `albert_config.json`.
         prefix_name: the checkpoint's file prefix inside `directory`.
+        global_step: the step the weights were trained to (0 when not known).
 
     Returns:
         The checkpoint prefix.
@@ -263,6 +279,7 @@ def save(model, directory: str, prefix_name: str = DEFAULT_PREFIX) -> str:
         CheckpointError: the model's layer sharing cannot be written in TF1 names.
     """
     arrays = export_arrays(bind(TF1_TABLE, model, "TF1"))
+    arrays[GLOBAL_STEP] = np.asarray(global_step, dtype=np.int64)
     tf.io.gfile.makedirs(directory)
     prefix = os.path.join(directory, prefix_name)
     names = sorted(arrays)

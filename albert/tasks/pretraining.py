@@ -145,9 +145,12 @@ class PretrainingTask(TrainingTask):
         """`model.ckpt-best` in the original's TF1 names, like a released model: the original
         code, `albert.load_checkpoint` and the converter all read it. Sharing modes TF1 names
         cannot express keep a copy of the training checkpoint instead."""
+        step = int(checkpoint_path.rsplit("-", 1)[1])  # `ckpt-<step>`, as the loop names it
         with tempfile.TemporaryDirectory() as directory:
             try:
-                prefix = tf1.save(model, directory, prefix_name=os.path.basename(best_prefix))
+                prefix = tf1.save(
+                    model, directory, prefix_name=os.path.basename(best_prefix), global_step=step
+                )
             except CheckpointError:
                 return super().save_best(model, checkpoint_path, best_prefix)
             training_format.copy_checkpoint(prefix, best_prefix)

@@ -91,11 +91,13 @@ def write_tf1(prefix, arrays):
 
 
 def read_tf1(prefix):
-    """Every tensor of a TF1 checkpoint: name -> array."""
+    """Every weight of a TF1 checkpoint: name -> array (not `global_step`, which
+    `albert.checkpoints.tf1.stored_global_step` reads)."""
     import tensorflow as tf
 
     reader = tf.train.load_checkpoint(str(prefix))
-    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+    names = set(reader.get_variable_to_shape_map()) - {"global_step"}
+    return {name: reader.get_tensor(name) for name in names}
 
 
 def parity_inputs():

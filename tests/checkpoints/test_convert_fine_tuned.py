@@ -15,7 +15,7 @@ from checkpoint_testing import randomize, read_tf1, reference_tf1_shapes
 from test_convert_checkpoint import _run_cli, main_with_flags
 from test_original_finetuned_heads import build, head_shapes
 
-from albert.checkpoints import load_checkpoint, save_checkpoint, training_format
+from albert.checkpoints import load_checkpoint, save_checkpoint, tf1, training_format
 from albert.convert_checkpoint import OutputFormatError, convert
 from albert.modeling import AlbertClassifier
 from tests.helpers import tiny_config
@@ -35,9 +35,11 @@ def fine_tuning_run(directory, kind, step=4):
     return model
 
 
-def assert_original_names_and_values(tmp_path, model, kind):
-    """tmp_path/tf1 holds `model` under the original's names, each value exactly."""
+def assert_original_names_and_values(tmp_path, model, kind, step=0):
+    """tmp_path/tf1 holds `model` under the original's names, each value exactly, and
+    `global_step` = `step`."""
     written = read_tf1(tmp_path / "tf1" / "model.ckpt")
+    assert tf1.stored_global_step(str(tmp_path / "tf1")) == step
     expected_names = {**reference_tf1_shapes(model.config, heads=False), **head_shapes(kind)}
     assert sorted(written) == sorted(expected_names)
     for name, shape in expected_names.items():
@@ -61,7 +63,9 @@ def test_fine_tuned_run_converts_to_the_original_names(tmp_path, kind, source):
     model = fine_tuning_run(tmp_path / "run", kind)
     path = tmp_path / "run" if source == "run" else tmp_path / "run" / source
     convert(str(path), str(tmp_path / "tf1"), "tf1")
-    assert_original_names_and_values(tmp_path, model, kind)
+    # The step comes from the training checkpoint; the Keras export holds none.
+    step = 0 if source == "model.weights.h5" else 4
+    assert_original_names_and_values(tmp_path, model, kind, step)
     if kind == "classifier":
         np.testing.assert_array_equal(
             read_tf1(tmp_path / "tf1" / "model.ckpt")["output_weights"],
@@ -103,4 +107,4 @@ def test_cli_converts_a_fine_tuning_run_to_tf1(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert tf.train.latest_checkpoint(str(tmp_path / "tf1")) == str(tmp_path / "tf1" / "model.ckpt")
-    assert_original_names_and_values(tmp_path, model, "classifier")
+    assert_original_names_and_values(tmp_path, model, "classifier", step=4)

@@ -16,7 +16,14 @@ from checkpoint_testing import (
     write_tf1,
 )
 
-from albert.checkpoints import CheckpointError, load_checkpoint, read_config, save_checkpoint
+from albert.checkpoints import (
+    CheckpointError,
+    load_checkpoint,
+    read_config,
+    save_checkpoint,
+    tf1,
+    training_format,
+)
 from albert.modeling import AlbertBackbone, AlbertPretrainer
 from tests.helpers import tiny_config
 
@@ -212,8 +219,7 @@ def test_equal_embedding_and_hidden_size_has_no_mapping_as_the_original(tmp_path
     assert result.initialised == []
     assert sorted(result.loaded) == sorted(shapes)
     save_checkpoint(model, str(tmp_path / "again"), "tf1")
-    written = tf.train.load_checkpoint(str(tmp_path / "again" / "model.ckpt"))
-    assert set(written.get_variable_to_shape_map()) == set(shapes)
+    assert set(read_tf1(tmp_path / "again" / "model.ckpt")) == set(shapes)
     # A mapping in an E == H checkpoint is a variable the original model cannot have.
     shapes["bert/encoder/embedding_hidden_mapping_in/kernel"] = (18, 18)
     write_tf1(tmp_path / "mapped" / "model.ckpt", random_arrays(shapes))
@@ -260,6 +266,38 @@ def test_written_checkpoint_initialises_tf1_graph_variables(tmp_path):
             value = session.run(variables[key])
     expected = model.backbone.encoder.attention_blocks[1][1].key.kernel.numpy()
     np.testing.assert_array_equal(value, expected)
+
+
+def test_written_checkpoint_restores_as_the_original_estimator_does(tmp_path):
+    """Estimator.evaluate/predict restore every global variable with a Saver, `global_step`
+    (int64) included: without it the original's eval of an exported model fails."""
+    config = tiny_config()
+    model = randomize(AlbertPretrainer(config))
+    prefix = save_checkpoint(model, str(tmp_path), "tf1", global_step=1234)
+    graph = tf.Graph()
+    with graph.as_default():
+        for name, shape in reference_tf1_shapes(config).items():
+            tf.compat.v1.get_variable(name, shape=shape)
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        with tf.compat.v1.Session() as session:
+            tf.compat.v1.train.Saver().restore(session, prefix)
+            assert session.run(global_step) == 1234
+    assert tf1.stored_global_step(str(tmp_path)) == 1234
+    assert tf1.stored_global_step(str(tmp_path / "nothing")) is None
+
+
+def test_global_step_of_an_original_checkpoint_is_kept_through_conversion(tmp_path):
+    from albert.convert_checkpoint import convert
+
+    config = tiny_config()
+    arrays = random_arrays(reference_tf1_shapes(config))
+    write_tf1(tmp_path / "in" / "model.ckpt-best", {**arrays, "global_step": np.int64(125000)})
+    training_format.write_config(config, str(tmp_path / "in"))
+    convert(str(tmp_path / "in" / "model.ckpt-best"), str(tmp_path / "out"), "tf1")
+    assert tf1.stored_global_step(str(tmp_path / "out")) == 125000
+    # One without (a TF-Hub export, or HF weights) is written at step 0.
+    convert(HF_FIXTURE, str(tmp_path / "from_hf"), "tf1")
+    assert tf1.stored_global_step(str(tmp_path / "from_hf")) == 0
 
 
 @pytest.mark.parametrize("relative", [True, False])

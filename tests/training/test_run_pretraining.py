@@ -112,6 +112,7 @@ def test_outputs_of_a_train_and_eval_run(trained):
 @pytest.mark.slow
 def test_best_checkpoint_and_export_load_with_the_project_tools(trained, tmp_path):
     from albert import AlbertConfig, AlbertPretrainer, load_checkpoint
+    from albert.checkpoints import tf1
     from albert.convert_checkpoint import convert
 
     output_dir, _ = trained
@@ -122,6 +123,8 @@ def test_best_checkpoint_and_export_load_with_the_project_tools(trained, tmp_pat
     model = AlbertPretrainer(config)
     load_checkpoint(model, str(output_dir / "model.ckpt-best"))
     step = read_key_values(output_dir / "best_checkpoint.txt")["global_step"]
+    # Its global_step is the step it was kept at, as in the original's checkpoints.
+    assert tf1.stored_global_step(str(output_dir / "model.ckpt-best")) == int(step)
     kept = _model_weights(output_dir / f"model.ckpt-{step}")
     key = "model/encoder/group_0_inner_group_0_attention/query/kernel/.ATTRIBUTES/VARIABLE_VALUE"
     query = next(w for w in model.weights if w.path.endswith("query/kernel")).numpy()
