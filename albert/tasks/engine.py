@@ -23,7 +23,11 @@ the predict pass and the final outputs. `run` does, in order:
     --do_train    albert.training.loop.run: a checkpoint every save_checkpoints_steps, and
                   with --do_eval an evaluation after each, keeping `model.ckpt-best` by the
                   task's `best_metric` (as the original run_classifier.py does)
-    --do_eval     the final evaluation of the weights predictions use: eval_results.txt.
+    --do_eval     without --do_train: first, as the original's eval loop, every training
+                  checkpoint in output_dir not evaluated yet, keeping `model.ckpt-best`
+                  (a run trained with --nodo_eval, as run_glue.sh does, is judged by its
+                  best checkpoint). Then the final evaluation of the weights predictions
+                  use: eval_results.txt.
                   After --do_train those weights are a checkpoint the loop has evaluated
                   (`model.ckpt-best`, or the last one): its metrics are reused, so dev is
                   read once per evaluated checkpoint, not once more at the end
@@ -57,12 +61,13 @@ import tempfile
 import tensorflow as tf
 from absl import logging
 
+from albert.checkpoints import training_format
 from albert.data import features as feature_lib
 from albert.metrics import write_eval_results
 from albert.tasks import FineTuningError
 from albert.tasks.feature_files import FeatureFile, write_features_file
 from albert.tasks.weights import load_final_weights, load_finetuning_weights
-from albert.training import loop, predict
+from albert.training import checkpointing, loop, predict
 from albert.training.inputs import fit_batch_size, per_replica_batch_size
 from albert.training.run_lock import output_dir_lock
 from albert.training.strategy import is_chief
@@ -382,6 +387,8 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
         return results
     with strategy.scope():
         model = task.create_model()
+    if options.do_eval and not options.do_train:
+        _evaluate_saved_checkpoints(task, model, strategy, options)
     path, step = load_final_weights(model, options)
     chief = is_chief(strategy)
     steps_per_call = options.iterations_per_loop
@@ -401,6 +408,28 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
     if export_dir and chief:
         logging.info("SavedModel written to %s.", task.export_saved_model(model, export_dir))
     return results
+
+
+def _evaluate_saved_checkpoints(task, model, strategy, options):
+    """--do_eval without --do_train, as the original's eval loop: every training checkpoint
+    in `output_dir` newer than the last one evaluated is evaluated, oldest first, and the best
+    by the task's metric becomes `model.ckpt-best`. So a run trained with --nodo_eval (as
+    run_glue.sh does) then evaluated reports and predicts with its best checkpoint, not its
+    last; checkpoints evaluated before (during training, or by an earlier run) are skipped."""
+    evaluated = checkpointing.evaluated_step(options.output_dir)
+    for path in checkpointing.saved_checkpoints(options.output_dir):
+        step = training_format.global_step(path)
+        if step is None or (evaluated is not None and step <= evaluated):
+            continue
+        training_format.restore_model_weights(model, path)
+        metrics = task.evaluate(model, strategy, options.iterations_per_loop)
+        task.record_evaluation(step, path, metrics)
+        logging.info(
+            "eval of %s: %s", path, " | ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()))
+        )
+        if is_chief(strategy):
+            loop.keep_best(task, model, options.output_dir, metrics, path)
+            checkpointing.record_evaluated(options.output_dir, step, path)
 
 
 def _final_metrics(task, model, strategy, step, options):

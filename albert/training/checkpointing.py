@@ -70,13 +70,7 @@ def latest_checkpoint(directory):
 
     A damaged one (see `is_intact`) is skipped for the one before it, with a warning.
     """
-    state = tf.train.get_checkpoint_state(directory)
-    if state is None:
-        return None
-    candidates = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
-    if state.model_checkpoint_path not in candidates:
-        candidates.append(state.model_checkpoint_path)
-    for path in reversed(candidates):
+    for path in reversed(_listed_checkpoints(directory)):
         if is_intact(path):
             return path
         logging.warning(
@@ -85,6 +79,21 @@ def latest_checkpoint(directory):
             path,
         )
     return None
+
+
+def saved_checkpoints(directory):
+    """Every intact checkpoint listed in `directory/checkpoint`, oldest first."""
+    return [path for path in _listed_checkpoints(directory) if is_intact(path)]
+
+
+def _listed_checkpoints(directory):
+    state = tf.train.get_checkpoint_state(directory)
+    if state is None:
+        return []
+    candidates = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
+    if state.model_checkpoint_path not in candidates:
+        candidates.append(state.model_checkpoint_path)
+    return candidates
 
 
 def is_intact(prefix):
@@ -256,29 +265,51 @@ class TrainingCheckpoints:
 
     def best_value(self):
         """The metric value recorded in best_checkpoint.txt, or None."""
-        path = os.path.join(self.output_dir, BEST_INFO_FILE)
-        if not tf.io.gfile.exists(path):
-            return None
-        return float(read_key_values(path)["value"])
+        return best_value(self.output_dir)
 
     def record_best(self, step, metric, value, source):
-        write_key_values(
-            os.path.join(self.output_dir, BEST_INFO_FILE),
-            {"global_step": step, "metric": metric, "value": value, "source": source},
-        )
+        record_best(self.output_dir, step, metric, value, source)
 
     def evaluated_step(self):
         """The step of the last checkpoint evaluated during training, or None."""
-        path = os.path.join(self.output_dir, EVALUATED_FILE)
-        if not tf.io.gfile.exists(path):
-            return None
-        return int(read_key_values(path)["global_step"])
+        return evaluated_step(self.output_dir)
 
     def record_evaluated(self, step, checkpoint_path):
-        write_key_values(
-            os.path.join(self.output_dir, EVALUATED_FILE),
-            {"global_step": step, "checkpoint": checkpoint_path},
-        )
+        record_evaluated(self.output_dir, step, checkpoint_path)
+
+
+# --- The run's evaluation records (best_checkpoint.txt, evaluated_checkpoint.txt) ------------
+
+
+def best_value(output_dir):
+    """The metric value recorded in `output_dir`'s best_checkpoint.txt, or None."""
+    path = os.path.join(output_dir, BEST_INFO_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    return float(read_key_values(path)["value"])
+
+
+def record_best(output_dir, step, metric, value, source):
+    """Records the checkpoint `source` (of `step`) as the run's best by `metric`."""
+    write_key_values(
+        os.path.join(output_dir, BEST_INFO_FILE),
+        {"global_step": step, "metric": metric, "value": value, "source": source},
+    )
+
+
+def evaluated_step(output_dir):
+    """The step of the last checkpoint of `output_dir` that was evaluated, or None."""
+    path = os.path.join(output_dir, EVALUATED_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    return int(read_key_values(path)["global_step"])
+
+
+def record_evaluated(output_dir, step, checkpoint_path):
+    write_key_values(
+        os.path.join(output_dir, EVALUATED_FILE),
+        {"global_step": step, "checkpoint": checkpoint_path},
+    )
 
 
 def write_key_values(path, values):

@@ -343,16 +343,22 @@ def _evaluate(state, checkpoint_path=None):
 
 
 def _keep_best(state, metrics, checkpoint_path):
-    name = state.task.best_metric
+    keep_best(state.task, state.model, state.options.output_dir, metrics, checkpoint_path)
+
+
+def keep_best(task, model, output_dir, metrics, checkpoint_path):
+    """Makes `checkpoint_path` (its weights in `model`, scored `metrics`) `model.ckpt-best`
+    when its `task.best_metric` beats the best recorded in `output_dir`."""
+    name = task.best_metric
     if not name or not checkpoint_path or name not in metrics:
         return
-    best = state.checkpoints.best_value()
+    best = checkpointing.best_value(output_dir)
     if best is not None and metrics[name] <= best:
         return
-    prefix = os.path.join(state.options.output_dir, BEST_PREFIX)
-    state.task.save_best(state.model, checkpoint_path, prefix)
+    prefix = os.path.join(output_dir, BEST_PREFIX)
+    task.save_best(model, checkpoint_path, prefix)
     step = int(checkpoint_path.rsplit("-", 1)[1])
-    state.checkpoints.record_best(step, name, metrics[name], checkpoint_path)
+    checkpointing.record_best(output_dir, step, name, metrics[name], checkpoint_path)
     logging.info("New best %s %.4f at step %d, kept as %s.", name, metrics[name], step, prefix)
 
 

@@ -73,3 +73,41 @@ def test_dev_is_read_once_per_evaluation_point(tmp_path):
     metrics = engine.run(task, strategy, options, _optimizer_fn)
     assert passes == ["eval"]
     assert metrics["global_step"] == 3 and metrics["accuracy"] == 0.5
+
+
+@pytest.mark.slow  # trains and evaluates a classifier (~5 s)
+def test_eval_alone_picks_the_best_of_the_saved_checkpoints(tmp_path):
+    # run_glue.sh trains with --do_train --nodo_eval, then runs --nodo_train --do_eval
+    # --do_predict: as the original, every checkpoint the training run saved is evaluated
+    # and the best one becomes model.ckpt-best, which reports and predicts.
+    data_dir = synthetic.write_sst2(tmp_path / "glue", num_train=24, num_dev=9, num_test=5)
+    output_dir = tmp_path / "out"
+    options = loop.RunOptions(
+        output_dir=str(output_dir),
+        num_train_steps=6,
+        train_batch_size=8,
+        eval_batch_size=6,
+        save_checkpoints_steps=3,
+        iterations_per_loop=3,
+        seed=3,
+    )
+    strategy = tf.distribute.get_strategy()
+    passes = []
+    engine.run(_counted_task(data_dir, passes, []), strategy, options, _optimizer_fn)
+    assert passes == []  # --do_train alone: checkpoints 3 and 6, never evaluated
+
+    # Step 3 scores best, step 6 worse.
+    task = _counted_task(data_dir, passes, [0.75, 0.25])
+    options.do_train, options.do_eval = False, True
+    metrics = engine.run(task, strategy, options, _optimizer_fn, do_predict=True)
+    assert passes == ["eval", "eval", "predict"]
+    assert metrics["global_step"] == 3 and metrics["accuracy"] == 0.75
+    results = read_key_values(output_dir / "eval_results.txt")
+    assert results["global_step"] == "3"
+    assert results["checkpoint"] == str(output_dir / "model.ckpt-best")
+    assert read_key_values(output_dir / "best_checkpoint.txt")["global_step"] == "3"
+
+    # Evaluated checkpoints are not evaluated again: a rerun reads dev once, for its report.
+    passes.clear()
+    metrics = engine.run(_counted_task(data_dir, passes, [0.5]), strategy, options, _optimizer_fn)
+    assert passes == ["eval"] and metrics["global_step"] == 3
