@@ -97,10 +97,12 @@ class SquadFeature:
 
 
 def check_window(max_seq_length: int, doc_stride: int, max_query_length: int):
-    """Raises SquadDataError unless the settings leave context room and a stride within it.
+    """Raises SquadDataError unless the settings leave context room and a positive stride.
 
-    A window holds at least `max_seq_length - max_query_length - 3` context tokens; a
-    `doc_stride` beyond that would skip context between windows (it is cut to the window).
+    A window holds at least `max_seq_length - max_query_length - 3` context tokens. A
+    `doc_stride` beyond that is cut to the window, as the original does (`doc_spans`): the
+    windows then follow each other end to end without overlap, so no token is skipped but
+    tokens at a window's edge see little context; a warning says so.
     """
     if max_query_length < 1:
         raise SquadDataError(f"--max_query_length must be positive. Received: {max_query_length}")
@@ -111,11 +113,18 @@ def check_window(max_seq_length: int, doc_stride: int, max_query_length: int):
             f"--max_query_length={max_query_length} and 3 special tokens; raise "
             "max_seq_length or lower max_query_length."
         )
-    if not 1 <= doc_stride <= window:
-        raise SquadDataError(
-            f"--doc_stride={doc_stride} must be in [1, {window}], the context tokens of a "
-            f"window (--max_seq_length={max_seq_length} - --max_query_length="
-            f"{max_query_length} - 3)."
+    if doc_stride < 1:
+        raise SquadDataError(f"--doc_stride must be positive. Received: {doc_stride}")
+    if doc_stride > window:
+        logging.warning(
+            "--doc_stride=%d is beyond the %d context tokens of a window (--max_seq_length=%d "
+            "- --max_query_length=%d - 3): the windows of a long context do not overlap, each "
+            "starting where the one before it ended (as the original); lower --doc_stride for "
+            "overlapping windows.",
+            doc_stride,
+            window,
+            max_seq_length,
+            max_query_length,
         )
 
 

@@ -407,8 +407,9 @@ def check_squad_flags(flag_values):
 
     Raises:
         FlagError: a count flag is not positive.
-        SquadDataError: --doc_stride outside the window, a question id twice in a file, or a
-            SQuAD 2.0 file without --version_2_with_negative.
+        SquadDataError: no room for the context in a window, a question id twice in a file,
+            or a SQuAD 2.0 file without --version_2_with_negative. (A --doc_stride beyond the
+            window is warned about: the windows then do not overlap, as in the original.)
     """
     training_flags.check_ranges(
         flag_values,

@@ -11,7 +11,12 @@ import pytest
 from albert.data import squad_postprocessing as postprocessing
 from albert.data.squad import SquadDataError, SquadExample, load_features, read_squad_examples
 from albert.data.squad_alignment import align_tokens
-from albert.data.squad_features import convert_examples_to_features, doc_spans, is_max_context
+from albert.data.squad_features import (
+    check_window,
+    convert_examples_to_features,
+    doc_spans,
+    is_max_context,
+)
 from albert.metrics.squad import evaluate_v2
 from albert.metrics.squad_threshold import tune_null_threshold
 from albert.tokenization import FullTokenizer
@@ -280,6 +285,24 @@ def test_settings_that_leave_no_room_are_errors(tokenizer):
     example = SquadExample("q", "q", "Paris is in France.")
     with pytest.raises(SquadDataError, match="--max_seq_length=10"):
         convert_examples_to_features([example], tokenizer, 10, 4, 8)
+
+
+def test_a_stride_beyond_the_window_gives_windows_end_to_end(tokenizer, caplog):
+    # The original's `run_squad_v1 --max_seq_length=128` keeps --doc_stride=128 and
+    # --max_query_length=64: windows of at most 61 context tokens. Each window starts where
+    # the one before it ended (the step is min(window, doc_stride)), so no token is skipped;
+    # a warning says the windows do not overlap.
+    check_window(128, 128, 64)
+    example = SquadExample("q", "where", LONG_CONTEXT)
+    with caplog.at_level(logging.WARNING):
+        features = convert_examples_to_features([example], tokenizer, 20, 16, 2)
+    assert "do not overlap" in caplog.text
+    assert len(features) > 2
+    spans = [f.token_to_orig_map[i] for f in features for i in sorted(f.token_to_orig_map)]
+    starts, ends = align_tokens(
+        LONG_CONTEXT, tokenizer.tokenize(LONG_CONTEXT), tokenizer.do_lower_case
+    )
+    assert spans == list(zip(starts, ends, strict=True))
 
 
 def test_cache_is_read_back_without_tokenizing(tmp_path, monkeypatch):
