@@ -40,6 +40,7 @@ import tensorflow_text as tf_text
 
 from albert import fileio
 from albert.errors import AlbertError
+from albert.export import check_export_dir
 from albert.text_ops import InGraphTokenizer
 from albert.tokenization import SPIECE_UNDERLINE, load_spm_model
 
@@ -193,8 +194,11 @@ def export_question_answering(
 
     Raises:
         QuestionAnsweringError: a v2 model, or a question budget leaving no context room.
+        FileExistsError: `export_dir` holds something other than a SavedModel
+            (`albert.export.check_export_dir`).
         albert.tokenization.TokenizerError: the SentencePiece model cannot be read.
     """
+    check_export_dir(export_dir)
     if getattr(model, "version_2_with_negative", False):
         raise QuestionAnsweringError(
             "export_question_answering serves the SQuAD 1.1 span head only; this model has "
