@@ -78,7 +78,13 @@ class _QuestionAnsweringServing(tf.Module):
     def _serve(self, question, context):
         question_ids = self.tokenizer.tokenize(question)[:, : self._max_query_length]
         context_ids = self.tokenizer.tokenize(context)  # [B, (P)]
-        inputs = self.tokenizer.pack([question_ids, context_ids], self._max_seq_length)
+        # The first window of fine-tuning's features: the question whole, the context cut to
+        # the rest (pack's truncate-the-longer rule could cut the question instead).
+        room = self._max_seq_length - 3 - question_ids.row_lengths()  # [B]
+        window = tf.ragged.boolean_mask(
+            context_ids, tf.ragged.range(context_ids.row_lengths()) < room[:, None]
+        )  # [B, (<= room)]
+        inputs = self.tokenizer.pack([question_ids, window], self._max_seq_length)
         outputs = self._call_model(inputs)
         start_logits = tf.cast(outputs["start_logits"], tf.float32)  # [B, S]
         end_logits = tf.cast(outputs["end_logits"], tf.float32)  # [B, S]
@@ -204,10 +210,10 @@ def export_question_answering(
             "export_question_answering serves the SQuAD 1.1 span head only; this model has "
             "the v2 head."
         )
-    if 2 * max_query_length > max_seq_length - 3:
+    if max_seq_length - max_query_length - 3 < 1:
         raise QuestionAnsweringError(
-            f"max_query_length={max_query_length} must be at most half of max_seq_length - 3 "
-            f"(max_seq_length={max_seq_length}), so the context keeps the rest."
+            f"max_seq_length={max_seq_length} leaves no room for the context after "
+            f"max_query_length={max_query_length} and 3 special tokens."
         )
     tokenizer = InGraphTokenizer(spm_model_file, do_lower_case=do_lower_case)
     detokenizer = tf_text.SentencepieceTokenizer(

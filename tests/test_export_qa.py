@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from albert.data import squad, squad_postprocessing
-from albert.export_qa import export_question_answering
+from albert.export_qa import best_span, export_question_answering
 from albert.modeling import AlbertBackbone, AlbertQuestionAnswering
 from albert.tokenization import FullTokenizer
 from tests.helpers import tiny_config
@@ -88,3 +88,56 @@ def test_served_answers_are_the_predictions_json_text(tmp_path):
 
     assert all(answer and answer == answer.strip() for answer in served), served
     assert served == [predictions[f"q{i}"] for i in range(len(pairs))]
+
+
+def test_a_question_budget_over_half_the_window_is_served_as_fine_tuning_reads_it(tmp_path):
+    # run_squad trains with any max_query_length that leaves context room (here 20 of 40);
+    # the served input must be the first window of its features: the question's first
+    # max_query_length tokens whole, the context cut to the rest.
+    max_seq_length, max_query_length = 40, 20
+    question = "Which river flows to the sea past the old mill and the people of the town " * 2
+    contexts = ["The river flows to the sea. " * 6, "Gold came to the town."]
+    paragraphs = [
+        {"context": context, "qas": [{"id": f"q{i}", "question": question, "answers": []}]}
+        for i, context in enumerate(contexts)
+    ]
+    Path(tmp_path / "dev.json").write_text(
+        json.dumps({"version": "1.1", "data": [{"paragraphs": paragraphs}]})
+    )
+    tokenizer = FullTokenizer(spm_model_file=SPM_MODEL, do_lower_case=True)
+    assert len(tokenizer.tokenize(question)) > max_query_length
+    assert len(tokenizer.tokenize(contexts[0])) > max_seq_length
+    data = squad.load_features(
+        str(tmp_path / "dev.json"), tokenizer, False, max_seq_length, 8, max_query_length
+    )
+    first_windows = [f for f in data.features if f.doc_span_index == 0]
+    inputs = {
+        name: np.stack([f.model_inputs(False)[name] for f in first_windows])
+        for name in ("input_ids", "input_mask", "segment_ids")
+    }
+    model = _model(seed=3)
+    outputs = model(inputs, training=False)
+    is_context = np.array(
+        [[i in f.token_to_orig_map for i in range(max_seq_length)] for f in first_windows]
+    )
+    start, end, score = best_span(
+        tf.constant(outputs["start_logits"], tf.float32),
+        tf.constant(outputs["end_logits"], tf.float32),
+        tf.constant(is_context),
+        MAX_ANSWER_LENGTH,
+    )
+
+    export_dir = export_question_answering(
+        model,
+        SPM_MODEL,
+        True,
+        str(tmp_path / "export"),
+        max_seq_length,
+        max_query_length,
+        MAX_ANSWER_LENGTH,
+    )
+    serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+    out = serve(question=tf.constant([question] * 2), context=tf.constant(contexts))
+    assert out["start_index"].numpy().tolist() == start.numpy().tolist()
+    assert out["end_index"].numpy().tolist() == end.numpy().tolist()
+    assert np.max(np.abs(out["score"].numpy() - score.numpy())) < 1e-4
