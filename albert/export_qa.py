@@ -18,10 +18,11 @@ start + end logit over context tokens with start <= end and at most `max_answer_
 tokens. `answer` is the ORIGINAL characters of the context that the span's tokens came from,
 ends stripped: the text `run_squad.py` writes to predictions.json for the same span
 (`albert.data.squad_postprocessing.answer_text`). It is found as `albert.data.squad_alignment`
-does, in graph: the non-space characters of the pieces ("▁" dropped) are those of the
-normalised context, and each original character is normalised alone to count its share. Where
-the two differ (an unknown piece, characters SentencePiece drops), later answers of that
-context may be shifted by those characters; the host's alignment repairs such stretches.
+does, in graph: the non-space characters of the pieces ("▁" dropped; an <unk> piece counts
+the characters it covers) are those of the normalised context, and each original character is
+normalised alone to count its share. Where the two differ (characters SentencePiece drops),
+later answers of that context may be shifted by those characters; the host's alignment
+repairs such stretches.
 
 Loading needs TensorFlow and tensorflow-text only (import tensorflow_text first):
 
@@ -59,11 +60,19 @@ class _QuestionAnsweringServing(tf.Module):
     """
 
     def __init__(
-        self, model, tokenizer, detokenizer, max_seq_length, max_query_length, max_answer_length
+        self,
+        model,
+        tokenizer,
+        detokenizer,
+        unknown_id,
+        max_seq_length,
+        max_query_length,
+        max_answer_length,
     ):
         super().__init__(name="albert_question_answering_serving")
         self.tokenizer = tokenizer
         self.detokenizer = detokenizer
+        self._unknown_id = unknown_id
         self.model_variables = list(model.variables)
         self._call_model = lambda inputs: model(inputs, training=False)
         self._max_seq_length = max_seq_length
@@ -115,6 +124,9 @@ class _QuestionAnsweringServing(tf.Module):
         pieces = self.detokenizer.id_to_string(context_ids)  # [B, (P)]
         piece_chars = tf.strings.length(
             tf.strings.regex_replace(pieces, SPIECE_UNDERLINE, ""), unit="UTF8_CHAR"
+        )  # [B, (P)]
+        piece_chars = piece_chars.with_flat_values(
+            self._unknown_piece_chars(context, context_ids.flat_values, piece_chars.flat_values)
         ).to_tensor()  # [B, P]
         piece_end = tf.cumsum(piece_chars, axis=1)  # [B, P]
         begin = _take(piece_end - piece_chars, first_piece)  # [B]
@@ -141,6 +153,40 @@ class _QuestionAnsweringServing(tf.Module):
         byte_end = _take(char_starts + char_bytes, last)
         text = tf.strings.substr(context, byte_begin, byte_end - byte_begin)
         return tf.where(finish > begin, tf.strings.strip(text), "")
+
+    def _unknown_piece_chars(self, context, flat_ids, flat_chars):
+        """`flat_chars` with each <unk> piece's count replaced by the characters it covers.
+
+        "<unk>" stands for text the vocabulary lacks ("``", "ß"), not for five characters.
+        SentencePiece's offsets into the normalised text give that text; the digit-comma rule
+        and the tie order never make, drop or move an unknown piece, so the k-th <unk> of
+        `flat_ids` is the k-th of the plain SentencePiece pieces.
+
+        Args:
+            context: tf.string [B].
+            flat_ids: int32 [N], the context's pieces, rows concatenated.
+            flat_chars: int32 [N], their non-space characters as spelled by their strings.
+
+        Returns:
+            int32 [N].
+        """
+        normalized = self.tokenizer.normalize(context)  # [B]
+        ids, starts, ends = self.detokenizer.tokenize_with_offsets(normalized)  # [B, (P0)]
+        is_unknown = tf.equal(ids.flat_values, self._unknown_id)  # [P0]
+        row_text = tf.gather(normalized, ids.value_rowids())  # [P0]
+        text = tf.strings.substr(
+            row_text, starts.flat_values, ends.flat_values - starts.flat_values
+        )
+        text = tf_text.normalize_utf8(tf.boolean_mask(text, is_unknown), "NFKC")  # [U0]
+        unknown_chars = tf.strings.length(
+            tf.strings.regex_replace(text, "[ " + SPIECE_UNDERLINE + "]", ""), unit="UTF8_CHAR"
+        )  # [U0]
+        targets = tf.where(tf.equal(flat_ids, self._unknown_id))  # [U, 1]
+        # U == U0 (see above); the clamp keeps a mismatch from failing the request.
+        rank = tf.minimum(tf.range(tf.shape(targets)[0]), tf.size(unknown_chars) - 1)
+        values = tf.gather(tf.concat([unknown_chars, [1]], 0), tf.maximum(rank, 0))
+        values = tf.where(rank < 0, 1, values)
+        return tf.tensor_scatter_nd_update(flat_chars, targets, values)
 
 
 def _take(values, index):
@@ -216,11 +262,16 @@ def export_question_answering(
             f"max_query_length={max_query_length} and 3 special tokens."
         )
     tokenizer = InGraphTokenizer(spm_model_file, do_lower_case=do_lower_case)
-    detokenizer = tf_text.SentencepieceTokenizer(
-        model=load_spm_model(spm_model_file).serialized_model_proto()
-    )
+    sp_model = load_spm_model(spm_model_file)
+    detokenizer = tf_text.SentencepieceTokenizer(model=sp_model.serialized_model_proto())
     module = _QuestionAnsweringServing(
-        model, tokenizer, detokenizer, max_seq_length, max_query_length, max_answer_length
+        model,
+        tokenizer,
+        detokenizer,
+        sp_model.unk_id(),
+        max_seq_length,
+        max_query_length,
+        max_answer_length,
     )
     with fileio.atomic_directory(export_dir) as temporary:  # Never half a SavedModel.
         tf.saved_model.save(

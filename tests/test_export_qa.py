@@ -90,6 +90,7 @@ def test_served_answers_are_the_predictions_json_text(tmp_path):
     assert served == [predictions[f"q{i}"] for i in range(len(pairs))]
 
 
+@pytest.mark.slow  # builds, exports and serves a model (~9 s)
 def test_a_question_budget_over_half_the_window_is_served_as_fine_tuning_reads_it(tmp_path):
     # run_squad trains with any max_query_length that leaves context room (here 20 of 40);
     # the served input must be the first window of its features: the question's first
@@ -141,3 +142,60 @@ def test_a_question_budget_over_half_the_window_is_served_as_fine_tuning_reads_i
     assert out["start_index"].numpy().tolist() == start.numpy().tolist()
     assert out["end_index"].numpy().tolist() == end.numpy().tolist()
     assert np.max(np.abs(out["score"].numpy() - score.numpy())) < 1e-4
+
+
+@pytest.mark.slow  # builds, exports and serves a model (~9 s)
+def test_answers_after_unknown_pieces_are_the_predictions_json_text(tmp_path):
+    # "``", "⁄" (from "½") and "ß" are unknown to the fixture's model: their pieces are
+    # <unk>, which covers their characters, not the five of the string "<unk>".
+    max_seq_length, max_query_length = 128, 12
+    words = "The final score was TOTAL at the river of gold and people came free ".split()
+    rng = np.random.default_rng(4)
+    contexts = [
+        f"{unknown} {' '.join(rng.permutation(words)[:9])}. {unknown}{unknown} "
+        f"{' '.join(rng.permutation(words)[:6])}."
+        for unknown in ["``", "½", "Straße", "``—", "`` ½ ß", "a½b", "``quoted''", "ß½"]
+    ]
+    questions = ["What was the score?"] * len(contexts)
+    paragraphs = [
+        {"context": context, "qas": [{"id": f"q{i}", "question": question, "answers": []}]}
+        for i, (question, context) in enumerate(zip(questions, contexts, strict=True))
+    ]
+    Path(tmp_path / "dev.json").write_text(
+        json.dumps({"version": "1.1", "data": [{"paragraphs": paragraphs}]})
+    )
+    tokenizer = FullTokenizer(spm_model_file=SPM_MODEL, do_lower_case=True)
+    unknown_id = tokenizer.sp_model.unk_id()
+    assert all(
+        unknown_id in tokenizer.convert_tokens_to_ids(tokenizer.tokenize(c)) for c in contexts
+    )
+    data = squad.load_features(
+        str(tmp_path / "dev.json"), tokenizer, False, max_seq_length, 64, max_query_length
+    )
+    assert len(data.features) == len(contexts)
+    model = _model(seed=0)
+    inputs = {
+        name: np.stack([f.model_inputs(False)[name] for f in data.features])
+        for name in ("input_ids", "input_mask", "segment_ids")
+    }
+    results = squad_postprocessing.results_by_unique_id(
+        [f.unique_id for f in data.features], model(inputs, training=False)
+    )
+    # Every start and end tried, as the SavedModel does: the same span, so the same text.
+    predictions, _ = squad_postprocessing.compute_predictions_v1(
+        data.examples, data.features, results, max_seq_length, MAX_ANSWER_LENGTH
+    )
+
+    export_dir = export_question_answering(
+        model,
+        SPM_MODEL,
+        True,
+        str(tmp_path / "export"),
+        max_seq_length,
+        max_query_length,
+        MAX_ANSWER_LENGTH,
+    )
+    serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+    out = serve(question=tf.constant(questions), context=tf.constant(contexts))
+    served = [answer.decode("utf-8") for answer in out["answer"].numpy()]
+    assert served == [predictions[f"q{i}"] for i in range(len(contexts))]
