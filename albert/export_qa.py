@@ -15,7 +15,9 @@ the question keeps its first `max_query_length` tokens and the context the first
 still fit, so ONE window is read (no sliding windows: an answer beyond the first
 `max_seq_length - len(question) - 3` context tokens cannot be found). The span is the highest
 start + end logit over context tokens with start <= end and at most `max_answer_length`
-tokens. `answer` is the ORIGINAL characters of the context that the span's tokens came from,
+tokens, its start among the `n_best_size` highest start logits of the input and its end among
+the highest end logits, as run_squad pairs them (none valid: answer "", score float32 min).
+`answer` is the ORIGINAL characters of the context that the span's tokens came from,
 ends stripped: the text `run_squad.py` writes to predictions.json for the same span
 (`albert.data.squad_postprocessing.answer_text`). It is found as `albert.data.squad_alignment`
 does, in graph: the non-space characters of the pieces ("▁" dropped; an <unk> piece counts
@@ -68,6 +70,7 @@ class _QuestionAnsweringServing(tf.Module):
         max_seq_length,
         max_query_length,
         max_answer_length,
+        n_best_size,
     ):
         super().__init__(name="albert_question_answering_serving")
         self.tokenizer = tokenizer
@@ -78,6 +81,7 @@ class _QuestionAnsweringServing(tf.Module):
         self._max_seq_length = max_seq_length
         self._max_query_length = max_query_length
         self._max_answer_length = max_answer_length
+        self._n_best_size = n_best_size
         spec = [
             tf.TensorSpec([None], tf.string, name="question"),
             tf.TensorSpec([None], tf.string, name="context"),
@@ -99,7 +103,9 @@ class _QuestionAnsweringServing(tf.Module):
         end_logits = tf.cast(outputs["end_logits"], tf.float32)  # [B, S]
         # Context tokens: segment 1 without the final [SEP].
         is_context = (inputs["segment_ids"] == 1) & (inputs["input_ids"] != self.tokenizer.sep_id)
-        start, end, score = best_span(start_logits, end_logits, is_context, self._max_answer_length)
+        start, end, score = best_span(
+            start_logits, end_logits, is_context, self._max_answer_length, self._n_best_size
+        )
         # The context's first token follows [CLS] question [SEP]: segment 0.
         is_first_segment = (inputs["segment_ids"] == 0) & (inputs["input_mask"] == 1)
         context_start = tf.reduce_sum(tf.cast(is_first_segment, tf.int32), axis=1)  # [B]
@@ -198,14 +204,18 @@ def _take(values, index):
     return tf.gather(padded, tf.where(inside, index, width), batch_dims=1)
 
 
-def best_span(start_logits, end_logits, is_context, max_answer_length):
+def best_span(start_logits, end_logits, is_context, max_answer_length, n_best_size=None):
     """The best valid span of each row: context tokens, start <= end, at most
-    `max_answer_length` tokens, highest start + end logit.
+    `max_answer_length` tokens, highest start + end logit; with `n_best_size`, only among the
+    `n_best_size` highest start logits and end logits of the row, as
+    `albert.data.squad_postprocessing.compute_predictions_v1` pairs them (none valid: start
+    and end 0, score float32 min).
 
     Args:
         start_logits, end_logits: float32 [B, S].
         is_context: bool [B, S], the tokens an answer may cover.
         max_answer_length: longest span, in tokens.
+        n_best_size: starts and ends tried per row (of all S positions), or None for all.
 
     Returns:
         (start, end, score): int32 [B], int32 [B], float32 [B].
@@ -214,13 +224,25 @@ def best_span(start_logits, end_logits, is_context, max_answer_length):
     positions = tf.range(length)
     offset = positions[None, :] - positions[:, None]  # [S, S]: end - start
     allowed = (offset >= 0) & (offset < max_answer_length)  # [S, S]
-    valid = allowed[None] & is_context[:, :, None] & is_context[:, None, :]  # [B, S, S]
+    is_start, is_end = is_context, is_context  # [B, S] each
+    if n_best_size is not None:
+        is_start = is_start & _is_top(start_logits, n_best_size)
+        is_end = is_end & _is_top(end_logits, n_best_size)
+    valid = allowed[None] & is_start[:, :, None] & is_end[:, None, :]  # [B, S, S]
     scores = start_logits[:, :, None] + end_logits[:, None, :]  # [B, S, S]
     scores = tf.where(valid, scores, tf.float32.min)
     flat = tf.argmax(tf.reshape(scores, [tf.shape(scores)[0], -1]), axis=-1, output_type=tf.int32)
     start, end = flat // length, flat % length
     score = tf.gather_nd(scores, tf.stack([start, end], axis=-1), batch_dims=1)
     return start, end, score
+
+
+def _is_top(logits, k):
+    """bool [B, S]: the k highest of each row (ties: the lower position first, as a stable
+    descending sort)."""
+    k = tf.minimum(k, tf.shape(logits)[1])
+    top = tf.math.top_k(logits, k=k).indices  # [B, k]
+    return tf.reduce_any(tf.equal(top[:, :, None], tf.range(tf.shape(logits)[1])), axis=1)
 
 
 def export_question_answering(
@@ -231,6 +253,7 @@ def export_question_answering(
     max_seq_length=384,
     max_query_length=64,
     max_answer_length=30,
+    n_best_size=20,
 ):
     """Writes a SavedModel of a fine-tuned SQuAD 1.1 model that takes raw strings.
 
@@ -239,7 +262,9 @@ def export_question_answering(
         spm_model_file: the SentencePiece model the model was fine-tuned with.
         do_lower_case: whether the text was lower-cased.
         export_dir: where to write the SavedModel.
-        max_seq_length, max_query_length, max_answer_length: as in fine-tuning.
+        max_seq_length, max_query_length, max_answer_length, n_best_size: as in
+            fine-tuning (`--n_best_size`: the span is chosen among the highest start and end
+            logits, as predictions.json's).
 
     Returns:
         `export_dir`.
@@ -272,6 +297,7 @@ def export_question_answering(
         max_seq_length,
         max_query_length,
         max_answer_length,
+        n_best_size,
     )
     with fileio.atomic_directory(export_dir) as temporary:  # Never half a SavedModel.
         tf.saved_model.save(

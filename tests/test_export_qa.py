@@ -69,7 +69,7 @@ def test_served_answers_are_the_predictions_json_text(tmp_path):
         [f.unique_id for f in data.features], model(inputs, training=False)
     )
     predictions, _ = squad_postprocessing.compute_predictions_v1(
-        data.examples, data.features, results, MAX_SEQ_LENGTH, MAX_ANSWER_LENGTH
+        data.examples, data.features, results, n_best_size=20, max_answer_length=MAX_ANSWER_LENGTH
     )
 
     export_dir = export_question_answering(
@@ -181,10 +181,65 @@ def test_answers_after_unknown_pieces_are_the_predictions_json_text(tmp_path):
     results = squad_postprocessing.results_by_unique_id(
         [f.unique_id for f in data.features], model(inputs, training=False)
     )
-    # Every start and end tried, as the SavedModel does: the same span, so the same text.
+    # Every start and end tried, here and in the SavedModel: the same span, so the same text.
     predictions, _ = squad_postprocessing.compute_predictions_v1(
         data.examples, data.features, results, max_seq_length, MAX_ANSWER_LENGTH
     )
+
+    export_dir = export_question_answering(
+        model,
+        SPM_MODEL,
+        True,
+        str(tmp_path / "export"),
+        max_seq_length,
+        max_query_length,
+        MAX_ANSWER_LENGTH,
+        n_best_size=max_seq_length,
+    )
+    serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+    out = serve(question=tf.constant(questions), context=tf.constant(contexts))
+    served = [answer.decode("utf-8") for answer in out["answer"].numpy()]
+    assert served == [predictions[f"q{i}"] for i in range(len(contexts))]
+
+
+@pytest.mark.slow  # builds, exports and serves a model (~9 s)
+def test_spans_come_from_the_n_best_starts_and_ends_as_predictions_json(tmp_path):
+    # run_squad pairs only the n_best_size highest start and end logits of the whole input
+    # (question and padding included); where none of those pairs is a valid span it answers
+    # "". The SavedModel must pick its span among the same pairs.
+    max_seq_length, max_query_length = 64, 12
+    contexts = [
+        "x",
+        "Über die Brücke gingen 2,500 Menschen am Montag.",
+        "Tabs\tand\nnewlines\r\nmixed   here.",
+        "The river flows to the sea past the old mill.",
+        "He paid $3.50 (three-fifty) on 12/05/2019 at 10:30pm!!",
+    ]
+    questions = ["x?", "wie viele?", "what?", "where does it flow?", "how much?"]
+    paragraphs = [
+        {"context": context, "qas": [{"id": f"q{i}", "question": question, "answers": []}]}
+        for i, (question, context) in enumerate(zip(questions, contexts, strict=True))
+    ]
+    Path(tmp_path / "dev.json").write_text(
+        json.dumps({"version": "1.1", "data": [{"paragraphs": paragraphs}]})
+    )
+    tokenizer = FullTokenizer(spm_model_file=SPM_MODEL, do_lower_case=True)
+    data = squad.load_features(
+        str(tmp_path / "dev.json"), tokenizer, False, max_seq_length, 32, max_query_length
+    )
+    assert len(data.features) == len(contexts)
+    model = _model(seed=0)
+    inputs = {
+        name: np.stack([f.model_inputs(False)[name] for f in data.features])
+        for name in ("input_ids", "input_mask", "segment_ids")
+    }
+    results = squad_postprocessing.results_by_unique_id(
+        [f.unique_id for f in data.features], model(inputs, training=False)
+    )
+    predictions, _ = squad_postprocessing.compute_predictions_v1(
+        data.examples, data.features, results, 20, MAX_ANSWER_LENGTH
+    )
+    assert "" in predictions.values()  # a question whose 20 best starts miss the context
 
     export_dir = export_question_answering(
         model,
