@@ -29,6 +29,7 @@ from albert import fileio
 from albert.text_ops import InGraphTokenizer
 
 SERVING_SIGNATURE = "serving_default"
+SAVED_MODEL_FILE = "saved_model.pb"  # in every SavedModel folder
 
 
 class _ClassifierServing(tf.Module):
@@ -83,6 +84,20 @@ class _ClassifierServing(tf.Module):
         return outputs
 
 
+def check_export_dir(export_dir):
+    """Raises FileExistsError unless `export_dir` is new, empty or an earlier SavedModel.
+
+    The export replaces the folder whole, so a folder of other files (a run's checkpoints,
+    `--export_dir=.`) would be deleted with it.
+    """
+    if not fileio.is_replaceable(export_dir, SAVED_MODEL_FILE):
+        raise FileExistsError(
+            f"export_dir {export_dir} exists and is not a SavedModel (no {SAVED_MODEL_FILE}); "
+            "the export replaces its folder whole, so it is left as it is: choose a new or "
+            "empty folder."
+        )
+
+
 def export_classifier(
     model,
     spm_model_file,
@@ -111,8 +126,11 @@ def export_classifier(
 
     Raises:
         ValueError: `labels` does not match the model's number of outputs.
+        FileExistsError: `export_dir` holds something other than a SavedModel
+            (`check_export_dir`).
         albert.tokenization.TokenizerError: the SentencePiece model cannot be read.
     """
+    check_export_dir(export_dir)
     num_outputs = model.num_labels
     if (len(labels) or 1) != num_outputs:
         raise ValueError(

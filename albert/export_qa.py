@@ -15,13 +15,16 @@ the question keeps its first `max_query_length` tokens and the context the first
 still fit, so ONE window is read (no sliding windows: an answer beyond the first
 `max_seq_length - len(question) - 3` context tokens cannot be found). The span is the highest
 start + end logit over context tokens with start <= end and at most `max_answer_length`
-tokens. `answer` is the ORIGINAL characters of the context that the span's tokens came from,
+tokens, its start among the `n_best_size` highest start logits of the input and its end among
+the highest end logits, as run_squad pairs them (none valid: answer "", score float32 min).
+`answer` is the ORIGINAL characters of the context that the span's tokens came from,
 ends stripped: the text `run_squad.py` writes to predictions.json for the same span
 (`albert.data.squad_postprocessing.answer_text`). It is found as `albert.data.squad_alignment`
-does, in graph: the non-space characters of the pieces ("▁" dropped) are those of the
-normalised context, and each original character is normalised alone to count its share. Where
-the two differ (an unknown piece, characters SentencePiece drops), later answers of that
-context may be shifted by those characters; the host's alignment repairs such stretches.
+does, in graph: the non-space characters of the pieces ("▁" dropped; an <unk> piece counts
+the characters it covers) are those of the normalised context, and each original character is
+normalised alone to count its share. Where the two differ (characters SentencePiece drops),
+later answers of that context may be shifted by those characters; the host's alignment
+repairs such stretches.
 
 Loading needs TensorFlow and tensorflow-text only (import tensorflow_text first):
 
@@ -40,6 +43,7 @@ import tensorflow_text as tf_text
 
 from albert import fileio
 from albert.errors import AlbertError
+from albert.export import check_export_dir
 from albert.text_ops import InGraphTokenizer
 from albert.tokenization import SPIECE_UNDERLINE, load_spm_model
 
@@ -58,16 +62,26 @@ class _QuestionAnsweringServing(tf.Module):
     """
 
     def __init__(
-        self, model, tokenizer, detokenizer, max_seq_length, max_query_length, max_answer_length
+        self,
+        model,
+        tokenizer,
+        detokenizer,
+        unknown_id,
+        max_seq_length,
+        max_query_length,
+        max_answer_length,
+        n_best_size,
     ):
         super().__init__(name="albert_question_answering_serving")
         self.tokenizer = tokenizer
         self.detokenizer = detokenizer
+        self._unknown_id = unknown_id
         self.model_variables = list(model.variables)
         self._call_model = lambda inputs: model(inputs, training=False)
         self._max_seq_length = max_seq_length
         self._max_query_length = max_query_length
         self._max_answer_length = max_answer_length
+        self._n_best_size = n_best_size
         spec = [
             tf.TensorSpec([None], tf.string, name="question"),
             tf.TensorSpec([None], tf.string, name="context"),
@@ -77,13 +91,21 @@ class _QuestionAnsweringServing(tf.Module):
     def _serve(self, question, context):
         question_ids = self.tokenizer.tokenize(question)[:, : self._max_query_length]
         context_ids = self.tokenizer.tokenize(context)  # [B, (P)]
-        inputs = self.tokenizer.pack([question_ids, context_ids], self._max_seq_length)
+        # The first window of fine-tuning's features: the question whole, the context cut to
+        # the rest (pack's truncate-the-longer rule could cut the question instead).
+        room = self._max_seq_length - 3 - question_ids.row_lengths()  # [B]
+        window = tf.ragged.boolean_mask(
+            context_ids, tf.ragged.range(context_ids.row_lengths()) < room[:, None]
+        )  # [B, (<= room)]
+        inputs = self.tokenizer.pack([question_ids, window], self._max_seq_length)
         outputs = self._call_model(inputs)
         start_logits = tf.cast(outputs["start_logits"], tf.float32)  # [B, S]
         end_logits = tf.cast(outputs["end_logits"], tf.float32)  # [B, S]
         # Context tokens: segment 1 without the final [SEP].
         is_context = (inputs["segment_ids"] == 1) & (inputs["input_ids"] != self.tokenizer.sep_id)
-        start, end, score = best_span(start_logits, end_logits, is_context, self._max_answer_length)
+        start, end, score = best_span(
+            start_logits, end_logits, is_context, self._max_answer_length, self._n_best_size
+        )
         # The context's first token follows [CLS] question [SEP]: segment 0.
         is_first_segment = (inputs["segment_ids"] == 0) & (inputs["input_mask"] == 1)
         context_start = tf.reduce_sum(tf.cast(is_first_segment, tf.int32), axis=1)  # [B]
@@ -108,6 +130,9 @@ class _QuestionAnsweringServing(tf.Module):
         pieces = self.detokenizer.id_to_string(context_ids)  # [B, (P)]
         piece_chars = tf.strings.length(
             tf.strings.regex_replace(pieces, SPIECE_UNDERLINE, ""), unit="UTF8_CHAR"
+        )  # [B, (P)]
+        piece_chars = piece_chars.with_flat_values(
+            self._unknown_piece_chars(context, context_ids.flat_values, piece_chars.flat_values)
         ).to_tensor()  # [B, P]
         piece_end = tf.cumsum(piece_chars, axis=1)  # [B, P]
         begin = _take(piece_end - piece_chars, first_piece)  # [B]
@@ -135,6 +160,40 @@ class _QuestionAnsweringServing(tf.Module):
         text = tf.strings.substr(context, byte_begin, byte_end - byte_begin)
         return tf.where(finish > begin, tf.strings.strip(text), "")
 
+    def _unknown_piece_chars(self, context, flat_ids, flat_chars):
+        """`flat_chars` with each <unk> piece's count replaced by the characters it covers.
+
+        "<unk>" stands for text the vocabulary lacks ("``", "ß"), not for five characters.
+        SentencePiece's offsets into the normalised text give that text; the digit-comma rule
+        and the tie order never make, drop or move an unknown piece, so the k-th <unk> of
+        `flat_ids` is the k-th of the plain SentencePiece pieces.
+
+        Args:
+            context: tf.string [B].
+            flat_ids: int32 [N], the context's pieces, rows concatenated.
+            flat_chars: int32 [N], their non-space characters as spelled by their strings.
+
+        Returns:
+            int32 [N].
+        """
+        normalized = self.tokenizer.normalize(context)  # [B]
+        ids, starts, ends = self.detokenizer.tokenize_with_offsets(normalized)  # [B, (P0)]
+        is_unknown = tf.equal(ids.flat_values, self._unknown_id)  # [P0]
+        row_text = tf.gather(normalized, ids.value_rowids())  # [P0]
+        text = tf.strings.substr(
+            row_text, starts.flat_values, ends.flat_values - starts.flat_values
+        )
+        text = tf_text.normalize_utf8(tf.boolean_mask(text, is_unknown), "NFKC")  # [U0]
+        unknown_chars = tf.strings.length(
+            tf.strings.regex_replace(text, "[ " + SPIECE_UNDERLINE + "]", ""), unit="UTF8_CHAR"
+        )  # [U0]
+        targets = tf.where(tf.equal(flat_ids, self._unknown_id))  # [U, 1]
+        # U == U0 (see above); the clamp keeps a mismatch from failing the request.
+        rank = tf.minimum(tf.range(tf.shape(targets)[0]), tf.size(unknown_chars) - 1)
+        values = tf.gather(tf.concat([unknown_chars, [1]], 0), tf.maximum(rank, 0))
+        values = tf.where(rank < 0, 1, values)
+        return tf.tensor_scatter_nd_update(flat_chars, targets, values)
+
 
 def _take(values, index):
     """`values[b, index[b]]` for int [B, N] values; an index outside [0, N) (an empty context,
@@ -145,14 +204,18 @@ def _take(values, index):
     return tf.gather(padded, tf.where(inside, index, width), batch_dims=1)
 
 
-def best_span(start_logits, end_logits, is_context, max_answer_length):
+def best_span(start_logits, end_logits, is_context, max_answer_length, n_best_size=None):
     """The best valid span of each row: context tokens, start <= end, at most
-    `max_answer_length` tokens, highest start + end logit.
+    `max_answer_length` tokens, highest start + end logit; with `n_best_size`, only among the
+    `n_best_size` highest start logits and end logits of the row, as
+    `albert.data.squad_postprocessing.compute_predictions_v1` pairs them (none valid: start
+    and end 0, score float32 min).
 
     Args:
         start_logits, end_logits: float32 [B, S].
         is_context: bool [B, S], the tokens an answer may cover.
         max_answer_length: longest span, in tokens.
+        n_best_size: starts and ends tried per row (of all S positions), or None for all.
 
     Returns:
         (start, end, score): int32 [B], int32 [B], float32 [B].
@@ -161,13 +224,25 @@ def best_span(start_logits, end_logits, is_context, max_answer_length):
     positions = tf.range(length)
     offset = positions[None, :] - positions[:, None]  # [S, S]: end - start
     allowed = (offset >= 0) & (offset < max_answer_length)  # [S, S]
-    valid = allowed[None] & is_context[:, :, None] & is_context[:, None, :]  # [B, S, S]
+    is_start, is_end = is_context, is_context  # [B, S] each
+    if n_best_size is not None:
+        is_start = is_start & _is_top(start_logits, n_best_size)
+        is_end = is_end & _is_top(end_logits, n_best_size)
+    valid = allowed[None] & is_start[:, :, None] & is_end[:, None, :]  # [B, S, S]
     scores = start_logits[:, :, None] + end_logits[:, None, :]  # [B, S, S]
     scores = tf.where(valid, scores, tf.float32.min)
     flat = tf.argmax(tf.reshape(scores, [tf.shape(scores)[0], -1]), axis=-1, output_type=tf.int32)
     start, end = flat // length, flat % length
     score = tf.gather_nd(scores, tf.stack([start, end], axis=-1), batch_dims=1)
     return start, end, score
+
+
+def _is_top(logits, k):
+    """bool [B, S]: the k highest of each row (ties: the lower position first, as a stable
+    descending sort)."""
+    k = tf.minimum(k, tf.shape(logits)[1])
+    top = tf.math.top_k(logits, k=k).indices  # [B, k]
+    return tf.reduce_any(tf.equal(top[:, :, None], tf.range(tf.shape(logits)[1])), axis=1)
 
 
 def export_question_answering(
@@ -178,6 +253,7 @@ def export_question_answering(
     max_seq_length=384,
     max_query_length=64,
     max_answer_length=30,
+    n_best_size=20,
 ):
     """Writes a SavedModel of a fine-tuned SQuAD 1.1 model that takes raw strings.
 
@@ -186,31 +262,42 @@ def export_question_answering(
         spm_model_file: the SentencePiece model the model was fine-tuned with.
         do_lower_case: whether the text was lower-cased.
         export_dir: where to write the SavedModel.
-        max_seq_length, max_query_length, max_answer_length: as in fine-tuning.
+        max_seq_length, max_query_length, max_answer_length, n_best_size: as in
+            fine-tuning (`--n_best_size`: the span is chosen among the highest start and end
+            logits, as predictions.json's).
 
     Returns:
         `export_dir`.
 
     Raises:
         QuestionAnsweringError: a v2 model, or a question budget leaving no context room.
+        FileExistsError: `export_dir` holds something other than a SavedModel
+            (`albert.export.check_export_dir`).
         albert.tokenization.TokenizerError: the SentencePiece model cannot be read.
     """
+    check_export_dir(export_dir)
     if getattr(model, "version_2_with_negative", False):
         raise QuestionAnsweringError(
             "export_question_answering serves the SQuAD 1.1 span head only; this model has "
             "the v2 head."
         )
-    if 2 * max_query_length > max_seq_length - 3:
+    if max_seq_length - max_query_length - 3 < 1:
         raise QuestionAnsweringError(
-            f"max_query_length={max_query_length} must be at most half of max_seq_length - 3 "
-            f"(max_seq_length={max_seq_length}), so the context keeps the rest."
+            f"max_seq_length={max_seq_length} leaves no room for the context after "
+            f"max_query_length={max_query_length} and 3 special tokens."
         )
     tokenizer = InGraphTokenizer(spm_model_file, do_lower_case=do_lower_case)
-    detokenizer = tf_text.SentencepieceTokenizer(
-        model=load_spm_model(spm_model_file).serialized_model_proto()
-    )
+    sp_model = load_spm_model(spm_model_file)
+    detokenizer = tf_text.SentencepieceTokenizer(model=sp_model.serialized_model_proto())
     module = _QuestionAnsweringServing(
-        model, tokenizer, detokenizer, max_seq_length, max_query_length, max_answer_length
+        model,
+        tokenizer,
+        detokenizer,
+        sp_model.unk_id(),
+        max_seq_length,
+        max_query_length,
+        max_answer_length,
+        n_best_size,
     )
     with fileio.atomic_directory(export_dir) as temporary:  # Never half a SavedModel.
         tf.saved_model.save(

@@ -117,6 +117,19 @@ def write_json(path: str, content) -> None:
     write_text(path, json.dumps(content, indent=4, ensure_ascii=False) + "\n")
 
 
+def is_replaceable(path: str, marker: str) -> bool:
+    """Whether `atomic_directory` may replace what is at `path`: nothing, an empty folder, or
+    a folder holding the file `marker` (what an earlier write of the same kind left there).
+    Anything else (a file, a folder of other files) would be deleted by the replacement."""
+    import tensorflow as tf
+
+    if not tf.io.gfile.exists(path):
+        return True
+    if not tf.io.gfile.isdir(path):
+        return False
+    return not tf.io.gfile.listdir(path) or tf.io.gfile.exists(os.path.join(path, marker))
+
+
 @contextlib.contextmanager
 def atomic_directory(path: str):
     """Yields a hidden temporary folder to fill; it replaces `path` when the block succeeds.

@@ -171,3 +171,14 @@ def test_an_empty_sentence_b_is_served_as_fine_tuning_packs_it():
     logits = _keras_logits(model, "mnli", sentences_a, sentences_b)
     probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     assert np.max(np.abs(served["probabilities"].numpy() - probabilities)) < 1e-5
+
+
+def test_an_export_dir_holding_other_files_is_refused_and_left_whole(tmp_path):
+    # The export replaces a folder whole: an earlier SavedModel, yes; a folder of anything else
+    # (a run's checkpoints, a home directory) must not be deleted to make room for it.
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "model.ckpt-100.index").write_bytes(b"checkpoint")
+    with pytest.raises(FileExistsError, match="not a SavedModel"):
+        export_classifier(_model(3, seed=1), SPM_MODEL, True, 8, glue.MNLI_LABELS, str(folder))
+    assert _tree(folder) == {Path("model.ckpt-100.index"): b"checkpoint"}

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from albert.data import squad, squad_postprocessing
-from albert.export_qa import export_question_answering
+from albert.export_qa import best_span, export_question_answering
 from albert.modeling import AlbertBackbone, AlbertQuestionAnswering
 from albert.tokenization import FullTokenizer
 from tests.helpers import tiny_config
@@ -69,7 +69,7 @@ def test_served_answers_are_the_predictions_json_text(tmp_path):
         [f.unique_id for f in data.features], model(inputs, training=False)
     )
     predictions, _ = squad_postprocessing.compute_predictions_v1(
-        data.examples, data.features, results, MAX_SEQ_LENGTH, MAX_ANSWER_LENGTH
+        data.examples, data.features, results, n_best_size=20, max_answer_length=MAX_ANSWER_LENGTH
     )
 
     export_dir = export_question_answering(
@@ -88,3 +88,169 @@ def test_served_answers_are_the_predictions_json_text(tmp_path):
 
     assert all(answer and answer == answer.strip() for answer in served), served
     assert served == [predictions[f"q{i}"] for i in range(len(pairs))]
+
+
+@pytest.mark.slow  # builds, exports and serves a model (~9 s)
+def test_a_question_budget_over_half_the_window_is_served_as_fine_tuning_reads_it(tmp_path):
+    # run_squad trains with any max_query_length that leaves context room (here 20 of 40);
+    # the served input must be the first window of its features: the question's first
+    # max_query_length tokens whole, the context cut to the rest.
+    max_seq_length, max_query_length = 40, 20
+    question = "Which river flows to the sea past the old mill and the people of the town " * 2
+    contexts = ["The river flows to the sea. " * 6, "Gold came to the town."]
+    paragraphs = [
+        {"context": context, "qas": [{"id": f"q{i}", "question": question, "answers": []}]}
+        for i, context in enumerate(contexts)
+    ]
+    Path(tmp_path / "dev.json").write_text(
+        json.dumps({"version": "1.1", "data": [{"paragraphs": paragraphs}]})
+    )
+    tokenizer = FullTokenizer(spm_model_file=SPM_MODEL, do_lower_case=True)
+    assert len(tokenizer.tokenize(question)) > max_query_length
+    assert len(tokenizer.tokenize(contexts[0])) > max_seq_length
+    data = squad.load_features(
+        str(tmp_path / "dev.json"), tokenizer, False, max_seq_length, 8, max_query_length
+    )
+    first_windows = [f for f in data.features if f.doc_span_index == 0]
+    inputs = {
+        name: np.stack([f.model_inputs(False)[name] for f in first_windows])
+        for name in ("input_ids", "input_mask", "segment_ids")
+    }
+    model = _model(seed=3)
+    outputs = model(inputs, training=False)
+    is_context = np.array(
+        [[i in f.token_to_orig_map for i in range(max_seq_length)] for f in first_windows]
+    )
+    start, end, score = best_span(
+        tf.constant(outputs["start_logits"], tf.float32),
+        tf.constant(outputs["end_logits"], tf.float32),
+        tf.constant(is_context),
+        MAX_ANSWER_LENGTH,
+    )
+
+    export_dir = export_question_answering(
+        model,
+        SPM_MODEL,
+        True,
+        str(tmp_path / "export"),
+        max_seq_length,
+        max_query_length,
+        MAX_ANSWER_LENGTH,
+    )
+    serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+    out = serve(question=tf.constant([question] * 2), context=tf.constant(contexts))
+    assert out["start_index"].numpy().tolist() == start.numpy().tolist()
+    assert out["end_index"].numpy().tolist() == end.numpy().tolist()
+    assert np.max(np.abs(out["score"].numpy() - score.numpy())) < 1e-4
+
+
+@pytest.mark.slow  # builds, exports and serves a model (~9 s)
+def test_answers_after_unknown_pieces_are_the_predictions_json_text(tmp_path):
+    # "``", "⁄" (from "½") and "ß" are unknown to the fixture's model: their pieces are
+    # <unk>, which covers their characters, not the five of the string "<unk>".
+    max_seq_length, max_query_length = 128, 12
+    words = "The final score was TOTAL at the river of gold and people came free ".split()
+    rng = np.random.default_rng(4)
+    contexts = [
+        f"{unknown} {' '.join(rng.permutation(words)[:9])}. {unknown}{unknown} "
+        f"{' '.join(rng.permutation(words)[:6])}."
+        for unknown in ["``", "½", "Straße", "``—", "`` ½ ß", "a½b", "``quoted''", "ß½"]
+    ]
+    questions = ["What was the score?"] * len(contexts)
+    paragraphs = [
+        {"context": context, "qas": [{"id": f"q{i}", "question": question, "answers": []}]}
+        for i, (question, context) in enumerate(zip(questions, contexts, strict=True))
+    ]
+    Path(tmp_path / "dev.json").write_text(
+        json.dumps({"version": "1.1", "data": [{"paragraphs": paragraphs}]})
+    )
+    tokenizer = FullTokenizer(spm_model_file=SPM_MODEL, do_lower_case=True)
+    unknown_id = tokenizer.sp_model.unk_id()
+    assert all(
+        unknown_id in tokenizer.convert_tokens_to_ids(tokenizer.tokenize(c)) for c in contexts
+    )
+    data = squad.load_features(
+        str(tmp_path / "dev.json"), tokenizer, False, max_seq_length, 64, max_query_length
+    )
+    assert len(data.features) == len(contexts)
+    model = _model(seed=0)
+    inputs = {
+        name: np.stack([f.model_inputs(False)[name] for f in data.features])
+        for name in ("input_ids", "input_mask", "segment_ids")
+    }
+    results = squad_postprocessing.results_by_unique_id(
+        [f.unique_id for f in data.features], model(inputs, training=False)
+    )
+    # Every start and end tried, here and in the SavedModel: the same span, so the same text.
+    predictions, _ = squad_postprocessing.compute_predictions_v1(
+        data.examples, data.features, results, max_seq_length, MAX_ANSWER_LENGTH
+    )
+
+    export_dir = export_question_answering(
+        model,
+        SPM_MODEL,
+        True,
+        str(tmp_path / "export"),
+        max_seq_length,
+        max_query_length,
+        MAX_ANSWER_LENGTH,
+        n_best_size=max_seq_length,
+    )
+    serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+    out = serve(question=tf.constant(questions), context=tf.constant(contexts))
+    served = [answer.decode("utf-8") for answer in out["answer"].numpy()]
+    assert served == [predictions[f"q{i}"] for i in range(len(contexts))]
+
+
+@pytest.mark.slow  # builds, exports and serves a model (~9 s)
+def test_spans_come_from_the_n_best_starts_and_ends_as_predictions_json(tmp_path):
+    # run_squad pairs only the n_best_size highest start and end logits of the whole input
+    # (question and padding included); where none of those pairs is a valid span it answers
+    # "". The SavedModel must pick its span among the same pairs.
+    max_seq_length, max_query_length = 64, 12
+    contexts = [
+        "x",
+        "Über die Brücke gingen 2,500 Menschen am Montag.",
+        "Tabs\tand\nnewlines\r\nmixed   here.",
+        "The river flows to the sea past the old mill.",
+        "He paid $3.50 (three-fifty) on 12/05/2019 at 10:30pm!!",
+    ]
+    questions = ["x?", "wie viele?", "what?", "where does it flow?", "how much?"]
+    paragraphs = [
+        {"context": context, "qas": [{"id": f"q{i}", "question": question, "answers": []}]}
+        for i, (question, context) in enumerate(zip(questions, contexts, strict=True))
+    ]
+    Path(tmp_path / "dev.json").write_text(
+        json.dumps({"version": "1.1", "data": [{"paragraphs": paragraphs}]})
+    )
+    tokenizer = FullTokenizer(spm_model_file=SPM_MODEL, do_lower_case=True)
+    data = squad.load_features(
+        str(tmp_path / "dev.json"), tokenizer, False, max_seq_length, 32, max_query_length
+    )
+    assert len(data.features) == len(contexts)
+    model = _model(seed=0)
+    inputs = {
+        name: np.stack([f.model_inputs(False)[name] for f in data.features])
+        for name in ("input_ids", "input_mask", "segment_ids")
+    }
+    results = squad_postprocessing.results_by_unique_id(
+        [f.unique_id for f in data.features], model(inputs, training=False)
+    )
+    predictions, _ = squad_postprocessing.compute_predictions_v1(
+        data.examples, data.features, results, 20, MAX_ANSWER_LENGTH
+    )
+    assert "" in predictions.values()  # a question whose 20 best starts miss the context
+
+    export_dir = export_question_answering(
+        model,
+        SPM_MODEL,
+        True,
+        str(tmp_path / "export"),
+        max_seq_length,
+        max_query_length,
+        MAX_ANSWER_LENGTH,
+    )
+    serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+    out = serve(question=tf.constant(questions), context=tf.constant(contexts))
+    served = [answer.decode("utf-8") for answer in out["answer"].numpy()]
+    assert served == [predictions[f"q{i}"] for i in range(len(contexts))]

@@ -61,6 +61,7 @@ import tempfile
 import tensorflow as tf
 from absl import logging
 
+from albert import fileio
 from albert.checkpoints import training_format
 from albert.data import features as feature_lib
 from albert.metrics import write_eval_results
@@ -315,6 +316,7 @@ def run_with_flags(task, strategy, options, flag_values):
 
     if flag_values.export_dir:
         task.check_export()  # Before the features are read and cached, too.
+        check_export_dir(flag_values.export_dir, options.output_dir)
     use_output_dir(task, options.output_dir)
     task.read_features(flag_values.do_train, flag_values.do_eval, flag_values.do_predict)
     return run(
@@ -344,14 +346,42 @@ def run(task, strategy, options, optimizer_fn, do_predict=False, export_dir=None
     Raises:
         InputError: a batch the run uses does not split across the replicas (see
             `fit_batch_sizes`).
-        FineTuningError: `export_dir` is set and the task cannot export (`check_export`).
+        FineTuningError: `export_dir` is set and the task cannot export (`check_export`),
+            or writing it would delete other files (`check_export_dir`).
     """
     use_output_dir(task, options.output_dir)
     if export_dir:
         task.check_export()
+        check_export_dir(export_dir, options.output_dir)
     options = fit_batch_sizes(task, strategy.num_replicas_in_sync, options, do_predict)
     with output_dir_lock(options.output_dir, enabled=is_chief(strategy)):
         return _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir)
+
+
+def check_export_dir(export_dir, output_dir):
+    """Raises FineTuningError when writing the SavedModel to `export_dir` would delete other
+    files: the export replaces that folder whole, so it must not hold `output_dir` (the run's
+    checkpoints and results) and must be new, empty or an earlier SavedModel."""
+    export, output = _absolute(export_dir), _absolute(output_dir)
+    if output == export or output.startswith(export.rstrip("/") + "/"):
+        raise FineTuningError(
+            f"--export_dir={export_dir} holds --output_dir={output_dir}, and the export "
+            "replaces its folder whole; give the SavedModel a folder of its own (e.g. "
+            f"{os.path.join(output_dir, 'export')})."
+        )
+    if not fileio.is_replaceable(export_dir, "saved_model.pb"):
+        raise FineTuningError(
+            f"--export_dir={export_dir} exists and is not a SavedModel, and the export replaces "
+            "its folder whole; give the SavedModel a new or empty folder."
+        )
+
+
+def _absolute(path):
+    """`path` made absolute and normalised (a URL such as gs://bucket/x only normalised)."""
+    if "://" in path:
+        scheme, rest = path.split("://", 1)
+        return f"{scheme}://{os.path.normpath('/' + rest)[1:]}"
+    return os.path.normpath(os.path.abspath(path))
 
 
 def use_output_dir(task, output_dir):

@@ -220,3 +220,33 @@ def test_an_export_that_cannot_be_written_stops_the_run_before_training(tmp_path
             export_dir=str(tmp_path / "export"),
         )
     assert not (tmp_path / "export").exists()
+
+
+@pytest.mark.parametrize("where", ["output_dir", "its_parent", "a_folder_of_other_files"])
+def test_an_export_dir_over_other_files_stops_the_run_before_training(tmp_path, monkeypatch, where):
+    # The export replaces export_dir whole: over the output_dir it deleted the run's
+    # checkpoints and results; over any other folder, that folder's files.
+    from albert.training import loop
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained before checking --export_dir")
+
+    monkeypatch.setattr(loop, "run", no_training)
+    output_dir = tmp_path / "out" / "sst2"
+    export_dir = {
+        "output_dir": output_dir,
+        "its_parent": output_dir.parent,
+        "a_folder_of_other_files": tmp_path / "notes",
+    }[where]
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("keep me")
+    options = loop.RunOptions(output_dir=str(output_dir), num_train_steps=1, train_batch_size=2)
+    with pytest.raises(engine.FineTuningError, match="--export_dir"):
+        engine.run(
+            _task(tmp_path, "sst-2"),
+            tf.distribute.get_strategy(),
+            options,
+            optimizer_fn=None,
+            export_dir=str(export_dir) + "/",
+        )
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "keep me"
