@@ -147,22 +147,46 @@ def expand_file_patterns(patterns):
 
 
 def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
-    """Reads the first record and says clearly when its lengths do not match the flags."""
-    for record in tf.data.TFRecordDataset(files[:1]).take(1):
-        example = tf.train.Example.FromString(record.numpy())
-        feature = example.features.feature
+    """Reads the first record of every file and says clearly when its lengths do not match
+    the flags (a mismatch would otherwise fail deep in the input pipeline, mid-run).
+
+    Empty files are skipped: a small corpus written to many shards leaves some empty. Files
+    are opened a few at a time in parallel, so thousands of `gs://` shards take seconds.
+
+    Raises:
+        RecordError: a file that does not hold pretraining records or holds records of
+            other lengths, or no record in any file.
+    """
+    firsts = tf.data.Dataset.from_tensor_slices(files).interleave(
+        lambda path: (
+            tf.data.TFRecordDataset(path, buffer_size=1 << 16)
+            .take(1)
+            .map(lambda record: (path, record))
+        ),
+        cycle_length=16,
+        num_parallel_calls=16,
+        deterministic=True,
+    )
+    any_record = False
+    for path, record in firsts:
+        path = path.numpy().decode()
+        any_record = True
+        feature = tf.train.Example.FromString(record.numpy()).features.feature
         if "input_ids" not in feature or "masked_lm_positions" not in feature:
-            raise RecordError(f"{files[0]} does not hold ALBERT pretraining records.")
+            raise RecordError(f"{path} does not hold ALBERT pretraining records.")
         seq = len(feature["input_ids"].int64_list.value)
         preds = len(feature["masked_lm_positions"].int64_list.value)
         if seq != max_seq_length or preds != max_predictions_per_seq:
             raise RecordError(
-                f"{files[0]} holds records with max_seq_length={seq} and "
+                f"{path} holds records with max_seq_length={seq} and "
                 f"max_predictions_per_seq={preds}, but the flags say {max_seq_length} and "
                 f"{max_predictions_per_seq}; pass the values the data was created with."
             )
-        return
-    raise RecordError(f"{files[0]} holds no records.")
+    if not any_record:
+        raise RecordError(
+            f"{files[0]} holds no records"
+            + (f" (nor do the other {len(files) - 1} files)." if len(files) > 1 else ".")
+        )
 
 
 # Files read at once: every shard of a host up to this many (more would cost a read buffer each).

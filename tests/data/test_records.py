@@ -185,3 +185,22 @@ def test_hidden_temporary_files_are_not_read(tmp_path):
     assert expand_file_patterns(f"{tmp_path}/*") == paths
     with pytest.raises(RecordError, match="No input file matches"):
         expand_file_patterns(f"{tmp_path}/.shard-*")
+
+
+def test_an_empty_first_shard_is_not_an_error(tmp_path):
+    # A small corpus written to many shards leaves some empty (`create_pretraining_data`
+    # writes every shard); a glob that lists an empty one first must still read the rest.
+    (tmp_path / "shard-0").write_bytes(b"")
+    (tmp_path / "more").mkdir()
+    paths = [str(tmp_path / "shard-0"), *_write_labelled_files(tmp_path / "more", 1, 3)]
+    dataset = pretraining_dataset(paths, 1, 7, 2, is_training=False)
+    assert sum(1 for _ in dataset) == 3
+
+
+def test_records_of_another_length_in_any_file_are_one_clear_error(tmp_path):
+    paths = _write_labelled_files(tmp_path, 1, 1)
+    other = str(tmp_path / "seq-9")
+    with tf.io.TFRecordWriter(other) as writer:
+        writer.write(serialize_instance([2, 5, 3], [0, 0, 0], [1, 1, 1], [1], [5], 0, 9, 2))
+    with pytest.raises(RecordError, match="seq-9 holds records with max_seq_length=9"):
+        pretraining_dataset([*paths, other], 1, 7, 2, is_training=False)
