@@ -222,8 +222,9 @@ def pretraining_dataset(
             `distribute_datasets_from_function`).
         max_seq_length, max_predictions_per_seq: as the records were created.
         is_training: repeat forever and shuffle files and records.
-        input_context: a `tf.distribute.InputContext`; files are sharded across input
-            pipelines (hosts / workers), or records when there are fewer files than pipelines.
+        input_context: a `tf.distribute.InputContext`; whole files are sharded across input
+            pipelines (hosts / workers) while they divide evenly, and the records of the
+            files left over (all of them when there are fewer files than pipelines).
         seed: shuffle seed, for reproducible order.
         num_cpu_threads: parallel readers (at most the files read at once).
         eval_steps: evaluation only: the number of steps to yield batches for (see above);
@@ -234,34 +235,31 @@ def pretraining_dataset(
     """
     files = input_files if isinstance(input_files, list) else expand_file_patterns(input_files)
     check_record_shapes(files, max_seq_length, max_predictions_per_seq)
-    dataset = tf.data.Dataset.from_tensor_slices(files)
-    shard_records = False
-    pipeline_files = len(files)
-    replicas_per_pipeline = 1
+    num_pipelines, pipeline_id, replicas_per_pipeline = 1, 0, 1
     if input_context:
-        replicas_per_pipeline = max(
-            1, input_context.num_replicas_in_sync // input_context.num_input_pipelines
-        )
-    if input_context and input_context.num_input_pipelines > 1:
-        if len(files) >= input_context.num_input_pipelines:
-            dataset = dataset.shard(
-                input_context.num_input_pipelines, input_context.input_pipeline_id
-            )
-            pipeline_files = len(files) // input_context.num_input_pipelines
-        else:
-            shard_records = True
-    cycle_length = max(1, min(MAX_INTERLEAVED_FILES, pipeline_files))
+        num_pipelines = input_context.num_input_pipelines
+        pipeline_id = input_context.input_pipeline_id
+        replicas_per_pipeline = max(1, input_context.num_replicas_in_sync // num_pipelines)
+    # Whole files go to one pipeline each while they divide evenly; every pipeline reads its
+    # own 1/num_pipelines of the records of the files left over. So the pipelines hold equal
+    # shares of the data (with equal files), and as each takes the same number of steps,
+    # every record is read equally often.
+    whole = len(files) - len(files) % num_pipelines
+    own, shared = files[pipeline_id:whole:num_pipelines], files[whole:]
+    num_shards = tf.constant([1] * len(own) + [num_pipelines] * len(shared), tf.int64)
+    dataset = tf.data.Dataset.from_tensor_slices((own + shared, num_shards))
+    cycle_length = max(1, min(MAX_INTERLEAVED_FILES, len(own) + len(shared)))
     if is_training:
-        dataset = dataset.shuffle(len(files), seed=seed).repeat()
+        dataset = dataset.shuffle(len(own) + len(shared), seed=seed).repeat()
     dataset = dataset.interleave(
-        tf.data.TFRecordDataset,
+        lambda path, num_shards: tf.data.TFRecordDataset(path).shard(
+            num_shards, pipeline_id % num_shards
+        ),
         cycle_length=cycle_length,
         block_length=1,
         num_parallel_calls=min(num_cpu_threads, cycle_length),
         deterministic=not is_training or seed is not None,
     )
-    if shard_records:
-        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     if eval_steps is not None:
         if is_training:
             raise ValueError("`eval_steps` is for evaluation; pass is_training=False.")
