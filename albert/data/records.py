@@ -168,8 +168,7 @@ def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
         deterministic=True,
     )
     any_record = False
-    for path, record in firsts:
-        path = path.numpy().decode()
+    for path, record in _first_records(firsts, files):
         any_record = True
         feature = tf.train.Example.FromString(record.numpy()).features.feature
         if "input_ids" not in feature or "masked_lm_positions" not in feature:
@@ -187,6 +186,25 @@ def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
             f"{files[0]} holds no records"
             + (f" (nor do the other {len(files) - 1} files)." if len(files) > 1 else ".")
         )
+
+
+def _first_records(firsts, files):
+    """Yields (path, first record) from `firsts`; a file that is not TFRecords is a
+    RecordError naming it (TensorFlow's error names no file)."""
+    try:
+        for path, record in firsts:
+            yield path.numpy().decode(), record
+    except tf.errors.DataLossError:
+        for path in files:  # Only on this error path: find the file, one at a time.
+            try:
+                for _ in tf.data.TFRecordDataset(path).take(1):
+                    pass
+            except tf.errors.DataLossError:
+                raise RecordError(
+                    f"{path} is not a TFRecord file (its first record is corrupt); pass only "
+                    "the pretraining records in --input_file."
+                ) from None
+        raise
 
 
 # Files read at once: every shard of a host up to this many (more would cost a read buffer each).

@@ -231,3 +231,12 @@ def test_training_pipelines_read_every_record_equally_often(tmp_path):
 
 def _record_keys(dataset):
     return [(int(b["next_sentence_labels"][0, 0]), int(b["masked_lm_ids"][0, 0])) for b in dataset]
+
+
+def test_a_file_that_is_not_tfrecords_is_named(tmp_path):
+    # `--input_file=data/*` in a folder that also holds a note: one line naming the note.
+    paths = _write_labelled_files(tmp_path, 1, 1)
+    note = tmp_path / "shard-README.txt"
+    note.write_text("Made from the 2026 Wikipedia dump.\n")
+    with pytest.raises(RecordError, match="shard-README.txt is not a TFRecord file"):
+        pretraining_dataset([*paths, str(note)], 1, 7, 2, is_training=False)
