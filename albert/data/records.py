@@ -146,17 +146,25 @@ def expand_file_patterns(patterns):
     return sorted(set(files))
 
 
+_CHECKED = set()  # (files, max_seq_length, max_predictions_per_seq) found to match.
+
+
 def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
     """Reads the first record of every file and says clearly when its lengths do not match
     the flags (a mismatch would otherwise fail deep in the input pipeline, mid-run).
 
     Empty files are skipped: a small corpus written to many shards leaves some empty. Files
-    are opened a few at a time in parallel, so thousands of `gs://` shards take seconds.
+    are opened a few at a time in parallel, so thousands of `gs://` shards take seconds, and a
+    set of files that matched is not read again (every host's pipeline and every evaluation
+    call this).
 
     Raises:
         RecordError: a file that does not hold pretraining records or holds records of
             other lengths, or no record in any file.
     """
+    key = (tuple(files), max_seq_length, max_predictions_per_seq)
+    if key in _CHECKED:  # Each host's pipeline, every evaluation: read the files once.
+        return
     firsts = tf.data.Dataset.from_tensor_slices(files).interleave(
         lambda path: (
             tf.data.TFRecordDataset(path, buffer_size=1 << 16)
@@ -186,6 +194,7 @@ def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
             f"{files[0]} holds no records"
             + (f" (nor do the other {len(files) - 1} files)." if len(files) > 1 else ".")
         )
+    _CHECKED.add(key)
 
 
 def _first_records(firsts, files):
