@@ -123,7 +123,8 @@ def padding_record(max_seq_length, max_predictions_per_seq):
 def expand_file_patterns(patterns):
     """Comma-separated globs (or a list of them) -> sorted list of files; errors if none.
 
-    Hidden names (a leading ".") are left out: they are the temporary files and folders of
+    A folder given by name is an error (reading it would fail inside tf.data). Hidden names
+    (a leading ".") are left out: they are the temporary files and folders of
     writers that are running or were killed (`albert.fileio`), never finished data.
     """
     if isinstance(patterns, str):
@@ -142,6 +143,13 @@ def expand_file_patterns(patterns):
         matched = [m for m in matched if m not in hidden]
         if not matched:
             raise RecordError(f"No input file matches {pattern!r}.")
+        # A path without wildcards may name a folder (one stat; a glob's matches are not
+        # stat-ed, which would cost a request per shard on gs://).
+        if not any(c in pattern for c in "*?[") and tf.io.gfile.isdir(matched[0]):
+            raise RecordError(
+                f"{matched[0]} is a folder; pass its files, e.g. "
+                f"--input_file={matched[0].rstrip('/')}/*."
+            )
         files.extend(matched)
     return sorted(set(files))
 

@@ -240,3 +240,9 @@ def test_a_file_that_is_not_tfrecords_is_named(tmp_path):
     note.write_text("Made from the 2026 Wikipedia dump.\n")
     with pytest.raises(RecordError, match="shard-README.txt is not a TFRecord file"):
         pretraining_dataset([*paths, str(note)], 1, 7, 2, is_training=False)
+
+
+def test_a_folder_as_input_file_is_one_clear_error(tmp_path):
+    _write_labelled_files(tmp_path, 1, 1)
+    with pytest.raises(RecordError, match="is a folder.*--input_file=.*/\\*"):
+        expand_file_patterns(str(tmp_path))
