@@ -154,7 +154,8 @@ def expand_file_patterns(patterns):
     return sorted(set(files))
 
 
-_CHECKED = set()  # (files, max_seq_length, max_predictions_per_seq) found to match.
+# (files, max_seq_length, max_predictions_per_seq) found to match -> the files with records.
+_CHECKED = {}
 
 
 def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
@@ -166,13 +167,16 @@ def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
     set of files that matched is not read again (every host's pipeline and every evaluation
     call this).
 
+    Returns:
+        The files that hold records, in the order given.
+
     Raises:
         RecordError: a file that does not hold pretraining records or holds records of
             other lengths, or no record in any file.
     """
     key = (tuple(files), max_seq_length, max_predictions_per_seq)
     if key in _CHECKED:  # Each host's pipeline, every evaluation: read the files once.
-        return
+        return _CHECKED[key]
     firsts = tf.data.Dataset.from_tensor_slices(files).interleave(
         lambda path: (
             tf.data.TFRecordDataset(path, buffer_size=1 << 16)
@@ -183,9 +187,9 @@ def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
         num_parallel_calls=16,
         deterministic=True,
     )
-    any_record = False
+    with_records = set()
     for path, record in _first_records(firsts, files):
-        any_record = True
+        with_records.add(path)
         feature = tf.train.Example.FromString(record.numpy()).features.feature
         if "input_ids" not in feature or "masked_lm_positions" not in feature:
             raise RecordError(f"{path} does not hold ALBERT pretraining records.")
@@ -197,12 +201,13 @@ def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
                 f"max_predictions_per_seq={preds}, but the flags say {max_seq_length} and "
                 f"{max_predictions_per_seq}; pass the values the data was created with."
             )
-    if not any_record:
+    if not with_records:
         raise RecordError(
             f"{files[0]} holds no records"
             + (f" (nor do the other {len(files) - 1} files)." if len(files) > 1 else ".")
         )
-    _CHECKED.add(key)
+    _CHECKED[key] = [path for path in files if path in with_records]
+    return _CHECKED[key]
 
 
 def _first_records(firsts, files):
@@ -269,7 +274,9 @@ def pretraining_dataset(
         A `tf.data.Dataset` of dicts with the feature names above ([B, T] / [B, P] / [B, 1]).
     """
     files = input_files if isinstance(input_files, list) else expand_file_patterns(input_files)
-    check_record_shapes(files, max_seq_length, max_predictions_per_seq)
+    # Empty files are left out: a pipeline given only empty ones would have no record (and,
+    # repeating them in training, would never yield).
+    files = check_record_shapes(files, max_seq_length, max_predictions_per_seq)
     num_pipelines, pipeline_id, replicas_per_pipeline = 1, 0, 1
     if input_context:
         num_pipelines = input_context.num_input_pipelines

@@ -246,3 +246,17 @@ def test_a_folder_as_input_file_is_one_clear_error(tmp_path):
     _write_labelled_files(tmp_path, 1, 1)
     with pytest.raises(RecordError, match="is a folder.*--input_file=.*/\\*"):
         expand_file_patterns(str(tmp_path))
+
+
+def test_empty_shards_leave_no_pipeline_without_records(tmp_path):
+    # A small corpus in many shards: a worker whose files were all empty got no record (and
+    # in training, repeating its empty files, hung). Empty files are left out before the
+    # files are shared out.
+    paths = _write_labelled_files(tmp_path, 1, 3)
+    (tmp_path / "shard-1").write_bytes(b"")
+    paths.append(str(tmp_path / "shard-1"))
+    shares = [
+        _record_keys(pretraining_dataset(paths, 1, 7, 2, False, input_context=context))
+        for context in (tf.distribute.InputContext(2, p, 2) for p in range(2))
+    ]
+    assert shares == [[(0, 0), (0, 2)], [(0, 1)]]
