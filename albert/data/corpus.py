@@ -10,6 +10,8 @@ Two input formats are read, and may be mixed within a file:
   ".", "!" or "?" followed by white space and an upper-case letter, digit or opening quote:
   SOP needs several segments per chunk, and a paragraph is often longer than a whole chunk.
   The split is naive ("Mr. Smith" splits); a wrong split only moves an A/B boundary.
+  A `</doc>` line ends a document even outside a block (a file cut from WikiExtractor
+  output may start inside an article; the lines before it are read as the original format).
 
 Nothing here holds more than one unit of work in memory:
 - A line longer than `max_line_bytes` is cut into pieces, each a sentence of its own
@@ -273,7 +275,9 @@ def read_documents(
             in_wiki_doc = True
             match = _DOC_TITLE.search(stripped)
             title = html.unescape(match.group(1)).strip() if match else None
-        elif stripped == _DOC_END and in_wiki_doc:
+        elif stripped == _DOC_END:
+            # Outside a block too: a file cut from WikiExtractor output (`split -l`) may start
+            # inside an article, whose end tag is markup, not a sentence.
             finished = builder.finish()
             in_wiki_doc = False
         elif not stripped:

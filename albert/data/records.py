@@ -123,7 +123,8 @@ def padding_record(max_seq_length, max_predictions_per_seq):
 def expand_file_patterns(patterns):
     """Comma-separated globs (or a list of them) -> sorted list of files; errors if none.
 
-    Hidden names (a leading ".") are left out: they are the temporary files and folders of
+    A folder given by name is an error (reading it would fail inside tf.data). Hidden names
+    (a leading ".") are left out: they are the temporary files and folders of
     writers that are running or were killed (`albert.fileio`), never finished data.
     """
     if isinstance(patterns, str):
@@ -142,27 +143,90 @@ def expand_file_patterns(patterns):
         matched = [m for m in matched if m not in hidden]
         if not matched:
             raise RecordError(f"No input file matches {pattern!r}.")
+        # A path without wildcards may name a folder (one stat; a glob's matches are not
+        # stat-ed, which would cost a request per shard on gs://).
+        if not any(c in pattern for c in "*?[") and tf.io.gfile.isdir(matched[0]):
+            raise RecordError(
+                f"{matched[0]} is a folder; pass its files, e.g. "
+                f"--input_file={matched[0].rstrip('/')}/*."
+            )
         files.extend(matched)
     return sorted(set(files))
 
 
+# (files, max_seq_length, max_predictions_per_seq) found to match -> the files with records.
+_CHECKED = {}
+
+
 def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
-    """Reads the first record and says clearly when its lengths do not match the flags."""
-    for record in tf.data.TFRecordDataset(files[:1]).take(1):
-        example = tf.train.Example.FromString(record.numpy())
-        feature = example.features.feature
+    """Reads the first record of every file and says clearly when its lengths do not match
+    the flags (a mismatch would otherwise fail deep in the input pipeline, mid-run).
+
+    Empty files are skipped: a small corpus written to many shards leaves some empty. Files
+    are opened a few at a time in parallel, so thousands of `gs://` shards take seconds, and a
+    set of files that matched is not read again (every host's pipeline and every evaluation
+    call this).
+
+    Returns:
+        The files that hold records, in the order given.
+
+    Raises:
+        RecordError: a file that does not hold pretraining records or holds records of
+            other lengths, or no record in any file.
+    """
+    key = (tuple(files), max_seq_length, max_predictions_per_seq)
+    if key in _CHECKED:  # Each host's pipeline, every evaluation: read the files once.
+        return _CHECKED[key]
+    firsts = tf.data.Dataset.from_tensor_slices(files).interleave(
+        lambda path: (
+            tf.data.TFRecordDataset(path, buffer_size=1 << 16)
+            .take(1)
+            .map(lambda record: (path, record))
+        ),
+        cycle_length=16,
+        num_parallel_calls=16,
+        deterministic=True,
+    )
+    with_records = set()
+    for path, record in _first_records(firsts, files):
+        with_records.add(path)
+        feature = tf.train.Example.FromString(record.numpy()).features.feature
         if "input_ids" not in feature or "masked_lm_positions" not in feature:
-            raise RecordError(f"{files[0]} does not hold ALBERT pretraining records.")
+            raise RecordError(f"{path} does not hold ALBERT pretraining records.")
         seq = len(feature["input_ids"].int64_list.value)
         preds = len(feature["masked_lm_positions"].int64_list.value)
         if seq != max_seq_length or preds != max_predictions_per_seq:
             raise RecordError(
-                f"{files[0]} holds records with max_seq_length={seq} and "
+                f"{path} holds records with max_seq_length={seq} and "
                 f"max_predictions_per_seq={preds}, but the flags say {max_seq_length} and "
                 f"{max_predictions_per_seq}; pass the values the data was created with."
             )
-        return
-    raise RecordError(f"{files[0]} holds no records.")
+    if not with_records:
+        raise RecordError(
+            f"{files[0]} holds no records"
+            + (f" (nor do the other {len(files) - 1} files)." if len(files) > 1 else ".")
+        )
+    _CHECKED[key] = [path for path in files if path in with_records]
+    return _CHECKED[key]
+
+
+def _first_records(firsts, files):
+    """Yields (path, first record) from `firsts`; a file that is not TFRecords is a
+    RecordError naming it (TensorFlow's error names no file)."""
+    try:
+        for path, record in firsts:
+            yield path.numpy().decode(), record
+    except tf.errors.DataLossError:
+        for path in files:  # Only on this error path: find the file, one at a time.
+            try:
+                for _ in tf.data.TFRecordDataset(path).take(1):
+                    pass
+            except tf.errors.DataLossError:
+                raise RecordError(
+                    f"{path} is not a TFRecord file (its first record is corrupt); pass only "
+                    "the pretraining records in --input_file."
+                ) from None
+        raise
 
 
 # Files read at once: every shard of a host up to this many (more would cost a read buffer each).
@@ -198,8 +262,9 @@ def pretraining_dataset(
             `distribute_datasets_from_function`).
         max_seq_length, max_predictions_per_seq: as the records were created.
         is_training: repeat forever and shuffle files and records.
-        input_context: a `tf.distribute.InputContext`; files are sharded across input
-            pipelines (hosts / workers), or records when there are fewer files than pipelines.
+        input_context: a `tf.distribute.InputContext`; whole files are sharded across input
+            pipelines (hosts / workers) while they divide evenly, and the records of the
+            files left over (all of them when there are fewer files than pipelines).
         seed: shuffle seed, for reproducible order.
         num_cpu_threads: parallel readers (at most the files read at once).
         eval_steps: evaluation only: the number of steps to yield batches for (see above);
@@ -209,35 +274,34 @@ def pretraining_dataset(
         A `tf.data.Dataset` of dicts with the feature names above ([B, T] / [B, P] / [B, 1]).
     """
     files = input_files if isinstance(input_files, list) else expand_file_patterns(input_files)
-    check_record_shapes(files, max_seq_length, max_predictions_per_seq)
-    dataset = tf.data.Dataset.from_tensor_slices(files)
-    shard_records = False
-    pipeline_files = len(files)
-    replicas_per_pipeline = 1
+    # Empty files are left out: a pipeline given only empty ones would have no record (and,
+    # repeating them in training, would never yield).
+    files = check_record_shapes(files, max_seq_length, max_predictions_per_seq)
+    num_pipelines, pipeline_id, replicas_per_pipeline = 1, 0, 1
     if input_context:
-        replicas_per_pipeline = max(
-            1, input_context.num_replicas_in_sync // input_context.num_input_pipelines
-        )
-    if input_context and input_context.num_input_pipelines > 1:
-        if len(files) >= input_context.num_input_pipelines:
-            dataset = dataset.shard(
-                input_context.num_input_pipelines, input_context.input_pipeline_id
-            )
-            pipeline_files = len(files) // input_context.num_input_pipelines
-        else:
-            shard_records = True
-    cycle_length = max(1, min(MAX_INTERLEAVED_FILES, pipeline_files))
+        num_pipelines = input_context.num_input_pipelines
+        pipeline_id = input_context.input_pipeline_id
+        replicas_per_pipeline = max(1, input_context.num_replicas_in_sync // num_pipelines)
+    # Whole files go to one pipeline each while they divide evenly; every pipeline reads its
+    # own 1/num_pipelines of the records of the files left over. So the pipelines hold equal
+    # shares of the data (with equal files), and as each takes the same number of steps,
+    # every record is read equally often.
+    whole = len(files) - len(files) % num_pipelines
+    own, shared = files[pipeline_id:whole:num_pipelines], files[whole:]
+    num_shards = tf.constant([1] * len(own) + [num_pipelines] * len(shared), tf.int64)
+    dataset = tf.data.Dataset.from_tensor_slices((own + shared, num_shards))
+    cycle_length = max(1, min(MAX_INTERLEAVED_FILES, len(own) + len(shared)))
     if is_training:
-        dataset = dataset.shuffle(len(files), seed=seed).repeat()
+        dataset = dataset.shuffle(len(own) + len(shared), seed=seed).repeat()
     dataset = dataset.interleave(
-        tf.data.TFRecordDataset,
+        lambda path, num_shards: tf.data.TFRecordDataset(path).shard(
+            num_shards, pipeline_id % num_shards
+        ),
         cycle_length=cycle_length,
         block_length=1,
         num_parallel_calls=min(num_cpu_threads, cycle_length),
         deterministic=not is_training or seed is not None,
     )
-    if shard_records:
-        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     if eval_steps is not None:
         if is_training:
             raise ValueError("`eval_steps` is for evaluation; pass is_training=False.")

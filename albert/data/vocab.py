@@ -37,7 +37,8 @@ class VocabError(AlbertError):
 
 
 def expand_input_files(input_file) -> list:
-    """Comma-separated paths and globs (or a list of them) -> sorted list of files.
+    """Comma-separated paths and globs (or a list of them) -> sorted list of files (folders
+    that a glob matches are left out).
 
     Raises:
         VocabError: a pattern matches no file.
@@ -47,7 +48,8 @@ def expand_input_files(input_file) -> list:
     for pattern in (p.strip() for p in patterns):
         if not pattern:
             continue
-        matched = sorted(glob.glob(pattern))
+        # Files only, as create_pretraining_data reads them: a folder would stop the trainer.
+        matched = sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
         if not matched:
             raise VocabError(f"`input_file` pattern {pattern!r} matches no file; check the path.")
         files.extend(matched)

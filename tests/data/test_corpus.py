@@ -51,6 +51,17 @@ def test_wikiextractor_blocks_are_documents_without_the_title_line(tmp_path):
     assert stats.documents == 2
 
 
+def test_a_wikiextractor_file_that_starts_inside_an_article(tmp_path):
+    # WikiExtractor output cut with `split -l` into shards: the second shard starts in the
+    # middle of an article. Its closing tag is markup, never a sentence.
+    text = (
+        "Rock is loud. It began in 1950!\n</doc>\n"
+        '<doc id="2" url="u" title="B">\nB\nOne sentence. And two.\n</doc>\n'
+    )
+    documents, _ = _documents(tmp_path, text.encode())
+    assert documents == [["Rock is loud. It began in 1950!"], ["One sentence.", "And two."]]
+
+
 def test_split_sentences():
     assert split_sentences('He said "Go." Then 3 left. e.g. this (Really?) "Yes."') == [
         'He said "Go."',

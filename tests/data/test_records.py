@@ -158,8 +158,8 @@ def _write_labelled_files(tmp_path, num_files, records_per_file):
     for f in range(num_files):
         paths.append(str(tmp_path / f"shard-{f}"))
         with tf.io.TFRecordWriter(paths[-1]) as writer:
-            for _ in range(records_per_file):
-                writer.write(serialize_instance([2, 5, 3], [0, 0, 0], [1, 1, 1], [1], [5], f, 7, 2))
+            for r in range(records_per_file):
+                writer.write(serialize_instance([2, 5, 3], [0, 0, 0], [1, 1, 1], [1], [r], f, 7, 2))
     return paths
 
 
@@ -185,3 +185,78 @@ def test_hidden_temporary_files_are_not_read(tmp_path):
     assert expand_file_patterns(f"{tmp_path}/*") == paths
     with pytest.raises(RecordError, match="No input file matches"):
         expand_file_patterns(f"{tmp_path}/.shard-*")
+
+
+def test_an_empty_first_shard_is_not_an_error(tmp_path):
+    # A small corpus written to many shards leaves some empty (`create_pretraining_data`
+    # writes every shard); a glob that lists an empty one first must still read the rest.
+    (tmp_path / "shard-0").write_bytes(b"")
+    (tmp_path / "more").mkdir()
+    paths = [str(tmp_path / "shard-0"), *_write_labelled_files(tmp_path / "more", 1, 3)]
+    dataset = pretraining_dataset(paths, 1, 7, 2, is_training=False)
+    assert sum(1 for _ in dataset) == 3
+
+
+def test_records_of_another_length_in_any_file_are_one_clear_error(tmp_path):
+    paths = _write_labelled_files(tmp_path, 1, 1)
+    other = str(tmp_path / "seq-9")
+    with tf.io.TFRecordWriter(other) as writer:
+        writer.write(serialize_instance([2, 5, 3], [0, 0, 0], [1, 1, 1], [1], [5], 0, 9, 2))
+    with pytest.raises(RecordError, match="seq-9 holds records with max_seq_length=9"):
+        pretraining_dataset([*paths, other], 1, 7, 2, is_training=False)
+
+
+def test_training_pipelines_read_every_record_equally_often(tmp_path):
+    # 3 files on 2 workers: whole files alone gave one worker files 0 and 2 and the other
+    # file 1, and as every worker takes the same number of steps, file 1 was read twice as
+    # often as the others.
+    paths = _write_labelled_files(tmp_path, 3, 30)
+    counts = np.zeros(3)
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(2, pipeline, 2)
+        dataset = pretraining_dataset(paths, 30, 7, 2, True, input_context=context, seed=1)
+        for batch in dataset.take(60):
+            counts += np.bincount(batch["next_sentence_labels"][:, 0].numpy(), minlength=3)
+    assert np.all(np.abs(counts / counts.sum() - 1 / 3) < 0.03), counts
+    # And one pass of evaluation reads each record once, in equal shares.
+    records = [
+        _record_keys(pretraining_dataset(paths, 1, 7, 2, False, input_context=context))
+        for context in (tf.distribute.InputContext(2, p, 2) for p in range(2))
+    ]
+    assert len(records[0]) == len(records[1]) == 45
+    assert sorted(records[0] + records[1]) == sorted(
+        _record_keys(pretraining_dataset(paths, 1, 7, 2, False))
+    )
+
+
+def _record_keys(dataset):
+    return [(int(b["next_sentence_labels"][0, 0]), int(b["masked_lm_ids"][0, 0])) for b in dataset]
+
+
+def test_a_file_that_is_not_tfrecords_is_named(tmp_path):
+    # `--input_file=data/*` in a folder that also holds a note: one line naming the note.
+    paths = _write_labelled_files(tmp_path, 1, 1)
+    note = tmp_path / "shard-README.txt"
+    note.write_text("Made from the 2026 Wikipedia dump.\n")
+    with pytest.raises(RecordError, match="shard-README.txt is not a TFRecord file"):
+        pretraining_dataset([*paths, str(note)], 1, 7, 2, is_training=False)
+
+
+def test_a_folder_as_input_file_is_one_clear_error(tmp_path):
+    _write_labelled_files(tmp_path, 1, 1)
+    with pytest.raises(RecordError, match="is a folder.*--input_file=.*/\\*"):
+        expand_file_patterns(str(tmp_path))
+
+
+def test_empty_shards_leave_no_pipeline_without_records(tmp_path):
+    # A small corpus in many shards: a worker whose files were all empty got no record (and
+    # in training, repeating its empty files, hung). Empty files are left out before the
+    # files are shared out.
+    paths = _write_labelled_files(tmp_path, 1, 3)
+    (tmp_path / "shard-1").write_bytes(b"")
+    paths.append(str(tmp_path / "shard-1"))
+    shares = [
+        _record_keys(pretraining_dataset(paths, 1, 7, 2, False, input_context=context))
+        for context in (tf.distribute.InputContext(2, p, 2) for p in range(2))
+    ]
+    assert shares == [[(0, 0), (0, 2)], [(0, 1)]]

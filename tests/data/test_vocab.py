@@ -229,3 +229,13 @@ def test_unwritable_model_prefix_folder_is_a_vocab_error(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "makedirs", read_only)
     with pytest.raises(VocabError, match=f"^Cannot create {folder} .*read-only file system"):
         train_vocab(text, str(folder / "m"), vocab_size=120, num_threads=1)
+
+
+def test_folders_a_glob_matches_are_left_out(tmp_path):
+    # `--input_file='text/*'` over a folder that also holds a subfolder: what
+    # create_pretraining_data accepts for the same corpus (it reads files only).
+    (tmp_path / "text" / "sub").mkdir(parents=True)
+    (tmp_path / "text" / "a.txt").write_text("One sentence.\n")
+    assert expand_input_files(f"{tmp_path}/text/*") == [f"{tmp_path}/text/a.txt"]
+    with pytest.raises(VocabError, match="matches no file"):
+        expand_input_files(f"{tmp_path}/text/s*")
