@@ -32,12 +32,45 @@ def _questions(path, seed):
         for p in article["paragraphs"]
         for qa in p["qas"]
     ]
+    _write_dev(path, pairs)
+    return pairs
+
+
+def _write_dev(path, pairs):
+    """A SQuAD file with one unanswered question per (question, context) pair, ids q0, q1..."""
     paragraphs = [
         {"context": context, "qas": [{"id": f"q{i}", "question": question, "answers": []}]}
         for i, (question, context) in enumerate(pairs)
     ]
     Path(path).write_text(json.dumps({"version": "1.1", "data": [{"paragraphs": paragraphs}]}))
-    return pairs
+
+
+def _model_inputs(features):
+    return {
+        name: np.stack([f.model_inputs(False)[name] for f in features])
+        for name in ("input_ids", "input_mask", "segment_ids")
+    }
+
+
+def _predictions_json(data, model, n_best_size):
+    """run_squad's v1.1 answers for `data` (squad.load_features), by question id."""
+    results = squad_postprocessing.results_by_unique_id(
+        [f.unique_id for f in data.features], model(_model_inputs(data.features), training=False)
+    )
+    predictions, _ = squad_postprocessing.compute_predictions_v1(
+        data.examples, data.features, results, n_best_size, MAX_ANSWER_LENGTH
+    )
+    return [predictions[f"q{i}"] for i in range(len(predictions))]
+
+
+def _served_answers(model, path, questions, contexts, max_seq_length, max_query_length, **kw):
+    """The answers the exported SavedModel of `model` serves."""
+    export_dir = export_question_answering(
+        model, SPM_MODEL, True, str(path), max_seq_length, max_query_length, MAX_ANSWER_LENGTH, **kw
+    )
+    serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+    out = serve(question=tf.constant(list(questions)), context=tf.constant(list(contexts)))
+    return [answer.decode("utf-8") for answer in out["answer"].numpy()]
 
 
 def _model(seed):
@@ -61,33 +94,14 @@ def test_served_answers_are_the_predictions_json_text(tmp_path):
         str(tmp_path / "dev.json"), tokenizer, False, MAX_SEQ_LENGTH, 64, MAX_QUERY_LENGTH
     )
     assert len(data.features) == len(pairs)  # one window each, as the SavedModel reads
-    inputs = {
-        name: np.stack([f.model_inputs(False)[name] for f in data.features])
-        for name in ("input_ids", "input_mask", "segment_ids")
-    }
-    results = squad_postprocessing.results_by_unique_id(
-        [f.unique_id for f in data.features], model(inputs, training=False)
-    )
-    predictions, _ = squad_postprocessing.compute_predictions_v1(
-        data.examples, data.features, results, n_best_size=20, max_answer_length=MAX_ANSWER_LENGTH
-    )
-
-    export_dir = export_question_answering(
-        model,
-        SPM_MODEL,
-        True,
-        str(tmp_path / "export"),
-        MAX_SEQ_LENGTH,
-        MAX_QUERY_LENGTH,
-        MAX_ANSWER_LENGTH,
-    )
-    serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+    predictions = _predictions_json(data, model, n_best_size=20)
     questions, contexts = zip(*pairs, strict=True)
-    out = serve(question=tf.constant(questions), context=tf.constant(contexts))
-    served = [answer.decode("utf-8") for answer in out["answer"].numpy()]
+    served = _served_answers(
+        model, tmp_path / "export", questions, contexts, MAX_SEQ_LENGTH, MAX_QUERY_LENGTH
+    )
 
     assert all(answer and answer == answer.strip() for answer in served), served
-    assert served == [predictions[f"q{i}"] for i in range(len(pairs))]
+    assert served == predictions
 
 
 @pytest.mark.slow  # builds, exports and serves a model (~9 s)
@@ -98,13 +112,7 @@ def test_a_question_budget_over_half_the_window_is_served_as_fine_tuning_reads_i
     max_seq_length, max_query_length = 40, 20
     question = "Which river flows to the sea past the old mill and the people of the town " * 2
     contexts = ["The river flows to the sea. " * 6, "Gold came to the town."]
-    paragraphs = [
-        {"context": context, "qas": [{"id": f"q{i}", "question": question, "answers": []}]}
-        for i, context in enumerate(contexts)
-    ]
-    Path(tmp_path / "dev.json").write_text(
-        json.dumps({"version": "1.1", "data": [{"paragraphs": paragraphs}]})
-    )
+    _write_dev(tmp_path / "dev.json", [(question, context) for context in contexts])
     tokenizer = FullTokenizer(spm_model_file=SPM_MODEL, do_lower_case=True)
     assert len(tokenizer.tokenize(question)) > max_query_length
     assert len(tokenizer.tokenize(contexts[0])) > max_seq_length
@@ -112,12 +120,8 @@ def test_a_question_budget_over_half_the_window_is_served_as_fine_tuning_reads_i
         str(tmp_path / "dev.json"), tokenizer, False, max_seq_length, 8, max_query_length
     )
     first_windows = [f for f in data.features if f.doc_span_index == 0]
-    inputs = {
-        name: np.stack([f.model_inputs(False)[name] for f in first_windows])
-        for name in ("input_ids", "input_mask", "segment_ids")
-    }
     model = _model(seed=3)
-    outputs = model(inputs, training=False)
+    outputs = model(_model_inputs(first_windows), training=False)
     is_context = np.array(
         [[i in f.token_to_orig_map for i in range(max_seq_length)] for f in first_windows]
     )
@@ -157,13 +161,7 @@ def test_answers_after_unknown_pieces_are_the_predictions_json_text(tmp_path):
         for unknown in ["``", "½", "Straße", "``—", "`` ½ ß", "a½b", "``quoted''", "ß½"]
     ]
     questions = ["What was the score?"] * len(contexts)
-    paragraphs = [
-        {"context": context, "qas": [{"id": f"q{i}", "question": question, "answers": []}]}
-        for i, (question, context) in enumerate(zip(questions, contexts, strict=True))
-    ]
-    Path(tmp_path / "dev.json").write_text(
-        json.dumps({"version": "1.1", "data": [{"paragraphs": paragraphs}]})
-    )
+    _write_dev(tmp_path / "dev.json", zip(questions, contexts, strict=True))
     tokenizer = FullTokenizer(spm_model_file=SPM_MODEL, do_lower_case=True)
     unknown_id = tokenizer.sp_model.unk_id()
     assert all(
@@ -174,32 +172,18 @@ def test_answers_after_unknown_pieces_are_the_predictions_json_text(tmp_path):
     )
     assert len(data.features) == len(contexts)
     model = _model(seed=0)
-    inputs = {
-        name: np.stack([f.model_inputs(False)[name] for f in data.features])
-        for name in ("input_ids", "input_mask", "segment_ids")
-    }
-    results = squad_postprocessing.results_by_unique_id(
-        [f.unique_id for f in data.features], model(inputs, training=False)
-    )
     # Every start and end tried, here and in the SavedModel: the same span, so the same text.
-    predictions, _ = squad_postprocessing.compute_predictions_v1(
-        data.examples, data.features, results, max_seq_length, MAX_ANSWER_LENGTH
-    )
-
-    export_dir = export_question_answering(
+    predictions = _predictions_json(data, model, n_best_size=max_seq_length)
+    served = _served_answers(
         model,
-        SPM_MODEL,
-        True,
-        str(tmp_path / "export"),
+        tmp_path / "export",
+        questions,
+        contexts,
         max_seq_length,
         max_query_length,
-        MAX_ANSWER_LENGTH,
         n_best_size=max_seq_length,
     )
-    serve = tf.saved_model.load(export_dir).signatures["serving_default"]
-    out = serve(question=tf.constant(questions), context=tf.constant(contexts))
-    served = [answer.decode("utf-8") for answer in out["answer"].numpy()]
-    assert served == [predictions[f"q{i}"] for i in range(len(contexts))]
+    assert served == predictions
 
 
 @pytest.mark.slow  # builds, exports and serves a model (~9 s)
@@ -216,41 +200,16 @@ def test_spans_come_from_the_n_best_starts_and_ends_as_predictions_json(tmp_path
         "He paid $3.50 (three-fifty) on 12/05/2019 at 10:30pm!!",
     ]
     questions = ["x?", "wie viele?", "what?", "where does it flow?", "how much?"]
-    paragraphs = [
-        {"context": context, "qas": [{"id": f"q{i}", "question": question, "answers": []}]}
-        for i, (question, context) in enumerate(zip(questions, contexts, strict=True))
-    ]
-    Path(tmp_path / "dev.json").write_text(
-        json.dumps({"version": "1.1", "data": [{"paragraphs": paragraphs}]})
-    )
+    _write_dev(tmp_path / "dev.json", zip(questions, contexts, strict=True))
     tokenizer = FullTokenizer(spm_model_file=SPM_MODEL, do_lower_case=True)
     data = squad.load_features(
         str(tmp_path / "dev.json"), tokenizer, False, max_seq_length, 32, max_query_length
     )
     assert len(data.features) == len(contexts)
     model = _model(seed=0)
-    inputs = {
-        name: np.stack([f.model_inputs(False)[name] for f in data.features])
-        for name in ("input_ids", "input_mask", "segment_ids")
-    }
-    results = squad_postprocessing.results_by_unique_id(
-        [f.unique_id for f in data.features], model(inputs, training=False)
+    predictions = _predictions_json(data, model, n_best_size=20)
+    assert "" in predictions  # a question whose 20 best starts miss the context
+    served = _served_answers(
+        model, tmp_path / "export", questions, contexts, max_seq_length, max_query_length
     )
-    predictions, _ = squad_postprocessing.compute_predictions_v1(
-        data.examples, data.features, results, 20, MAX_ANSWER_LENGTH
-    )
-    assert "" in predictions.values()  # a question whose 20 best starts miss the context
-
-    export_dir = export_question_answering(
-        model,
-        SPM_MODEL,
-        True,
-        str(tmp_path / "export"),
-        max_seq_length,
-        max_query_length,
-        MAX_ANSWER_LENGTH,
-    )
-    serve = tf.saved_model.load(export_dir).signatures["serving_default"]
-    out = serve(question=tf.constant(questions), context=tf.constant(contexts))
-    served = [answer.decode("utf-8") for answer in out["answer"].numpy()]
-    assert served == [predictions[f"q{i}"] for i in range(len(contexts))]
+    assert served == predictions

@@ -184,6 +184,23 @@ def tiny_run_flags(data_dir, output_dir, config, task_name):
     ]
 
 
+def brief_run_options(output_dir, do_eval=True):
+    """The engine's options of a brief run: 6 steps of 8, a checkpoint every 3, dev in
+    batches of 6."""
+    from albert.training import loop
+
+    return loop.RunOptions(
+        output_dir=str(output_dir),
+        num_train_steps=6,
+        train_batch_size=8,
+        eval_batch_size=6,
+        do_eval=do_eval,
+        save_checkpoints_steps=3,
+        iterations_per_loop=3,
+        seed=3,
+    )
+
+
 def brief_engine_run(strategy, data_dir, output_dir):
     """6 SST-2 steps through the engine under `strategy`, eval and predict; no dropout (the
     replicas of a strategy draw other masks than one device).
@@ -194,7 +211,6 @@ def brief_engine_run(strategy, data_dir, output_dir):
     from albert.config import AlbertConfig
     from albert.tasks import classification, engine
     from albert.tokenization import FullTokenizer
-    from albert.training import loop
     from albert.training.optimization import create_optimizer
 
     tokenizer = FullTokenizer(spm_model_file=SPM_MODEL)
@@ -202,16 +218,7 @@ def brief_engine_run(strategy, data_dir, output_dir):
     task = classification.GlueTask(
         "sst-2", data_dir, tokenizer, config, 32, 8, 6, 4, classifier_dropout_prob=0.0
     )
-    options = loop.RunOptions(
-        output_dir=str(output_dir),
-        num_train_steps=6,
-        train_batch_size=8,
-        eval_batch_size=6,
-        do_eval=True,
-        save_checkpoints_steps=3,
-        iterations_per_loop=3,
-        seed=3,
-    )
+    options = brief_run_options(output_dir)
 
     def optimizer_fn(global_step):
         return create_optimizer(

@@ -9,7 +9,6 @@ import tensorflow as tf
 from albert.config import AlbertConfig
 from albert.tasks import classification, engine
 from albert.tokenization import FullTokenizer
-from albert.training import loop
 from albert.training.checkpointing import read_key_values
 from albert.training.optimization import create_optimizer
 
@@ -44,16 +43,7 @@ def _optimizer_fn(global_step):
 def test_dev_is_read_once_per_evaluation_point(tmp_path):
     data_dir = synthetic.write_sst2(tmp_path / "glue", num_train=24, num_dev=9, num_test=5)
     output_dir = tmp_path / "out"
-    options = loop.RunOptions(
-        output_dir=str(output_dir),
-        num_train_steps=6,
-        train_batch_size=8,
-        eval_batch_size=6,
-        do_eval=True,
-        save_checkpoints_steps=3,
-        iterations_per_loop=3,
-        seed=3,
-    )
+    options = synthetic.brief_run_options(output_dir)
     strategy = tf.distribute.get_strategy()
     passes = []
     # Step 3 scores best, step 6 worse: the final weights are model.ckpt-best, of step 3.
@@ -82,15 +72,7 @@ def test_eval_alone_picks_the_best_of_the_saved_checkpoints(tmp_path):
     # and the best one becomes model.ckpt-best, which reports and predicts.
     data_dir = synthetic.write_sst2(tmp_path / "glue", num_train=24, num_dev=9, num_test=5)
     output_dir = tmp_path / "out"
-    options = loop.RunOptions(
-        output_dir=str(output_dir),
-        num_train_steps=6,
-        train_batch_size=8,
-        eval_batch_size=6,
-        save_checkpoints_steps=3,
-        iterations_per_loop=3,
-        seed=3,
-    )
+    options = synthetic.brief_run_options(output_dir, do_eval=False)
     strategy = tf.distribute.get_strategy()
     passes = []
     engine.run(_counted_task(data_dir, passes, []), strategy, options, _optimizer_fn)
