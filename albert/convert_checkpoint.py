@@ -140,14 +140,10 @@ def source_step(input_path: str) -> int:
     holds `global_step`; 0 for any other input."""
     from albert.checkpoints import tf1, training_format
 
-    for read in (training_format.global_step, tf1.stored_global_step):
-        try:
-            step = read(input_path)
-        except CheckpointError:
-            step = None
-        if step is not None:
-            return step
-    return 0
+    step = training_format.global_step(input_path)
+    if step is None:
+        step = tf1.stored_global_step(input_path)
+    return step or 0
 
 
 def main(argv):

@@ -61,7 +61,6 @@ import tempfile
 import tensorflow as tf
 from absl import logging
 
-from albert import fileio
 from albert.checkpoints import training_format
 from albert.data import features as feature_lib
 from albert.metrics import write_eval_results
@@ -314,9 +313,8 @@ def run_with_flags(task, strategy, options, flag_values):
     then the optimizer, predict and export settings come from the shared flags."""
     from albert.training import flags as training_flags
 
-    if flag_values.export_dir:
-        task.check_export()  # Before the features are read and cached, too.
-        check_export_dir(flag_values.export_dir, options.output_dir)
+    if flag_values.export_dir:  # Before the features are read and cached, too.
+        check_export_target(task, flag_values.export_dir, options.output_dir)
     use_output_dir(task, options.output_dir)
     task.read_features(flag_values.do_train, flag_values.do_eval, flag_values.do_predict)
     return run(
@@ -346,22 +344,25 @@ def run(task, strategy, options, optimizer_fn, do_predict=False, export_dir=None
     Raises:
         InputError: a batch the run uses does not split across the replicas (see
             `fit_batch_sizes`).
-        FineTuningError: `export_dir` is set and the task cannot export (`check_export`),
-            or writing it would delete other files (`check_export_dir`).
+        FineTuningError: `export_dir` is set and the task cannot export, or writing it would
+            delete other files (`check_export_target`).
     """
     use_output_dir(task, options.output_dir)
     if export_dir:
-        task.check_export()
-        check_export_dir(export_dir, options.output_dir)
+        check_export_target(task, export_dir, options.output_dir)
     options = fit_batch_sizes(task, strategy.num_replicas_in_sync, options, do_predict)
     with output_dir_lock(options.output_dir, enabled=is_chief(strategy)):
         return _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir)
 
 
-def check_export_dir(export_dir, output_dir):
-    """Raises FineTuningError when writing the SavedModel to `export_dir` would delete other
-    files: the export replaces that folder whole, so it must not hold `output_dir` (the run's
-    checkpoints and results) and must be new, empty or an earlier SavedModel."""
+def check_export_target(task, export_dir, output_dir):
+    """Raises FineTuningError when `task` cannot export (`check_export`) or writing the
+    SavedModel to `export_dir` would delete other files: the export replaces that folder
+    whole, so it must not hold `output_dir` (the run's checkpoints and results) and must be
+    new, empty or an earlier SavedModel (`albert.export.check_export_dir`)."""
+    from albert.export import check_export_dir
+
+    task.check_export()
     export, output = _absolute(export_dir), _absolute(output_dir)
     if output == export or output.startswith(export.rstrip("/") + "/"):
         raise FineTuningError(
@@ -369,11 +370,10 @@ def check_export_dir(export_dir, output_dir):
             "replaces its folder whole; give the SavedModel a folder of its own (e.g. "
             f"{os.path.join(output_dir, 'export')})."
         )
-    if not fileio.is_replaceable(export_dir, "saved_model.pb"):
-        raise FineTuningError(
-            f"--export_dir={export_dir} exists and is not a SavedModel, and the export replaces "
-            "its folder whole; give the SavedModel a new or empty folder."
-        )
+    try:
+        check_export_dir(export_dir)
+    except FileExistsError as e:
+        raise FineTuningError(f"--{e}") from None
 
 
 def _absolute(path):
@@ -448,8 +448,8 @@ def _evaluate_saved_checkpoints(task, model, strategy, options):
     last; checkpoints evaluated before (during training, or by an earlier run) are skipped."""
     evaluated = checkpointing.evaluated_step(options.output_dir)
     for path in checkpointing.saved_checkpoints(options.output_dir):
-        step = training_format.global_step(path)
-        if step is None or (evaluated is not None and step <= evaluated):
+        step = checkpointing.checkpoint_step(path)
+        if evaluated is not None and step <= evaluated:
             continue
         training_format.restore_model_weights(model, path)
         metrics = task.evaluate(model, strategy, options.iterations_per_loop)

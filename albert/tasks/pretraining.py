@@ -25,8 +25,8 @@ from albert.config import AlbertConfig
 from albert.data import records
 from albert.modeling import AlbertPretrainer
 from albert.modeling.losses import loss_normalizers, pretraining_loss
+from albert.training import checkpointing, loop
 from albert.training import flags as flags_lib
-from albert.training import loop
 from albert.training.task import TrainingTask
 
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
@@ -145,7 +145,7 @@ class PretrainingTask(TrainingTask):
         """`model.ckpt-best` in the original's TF1 names, like a released model: the original
         code, `albert.load_checkpoint` and the converter all read it. Sharing modes TF1 names
         cannot express keep a copy of the training checkpoint instead."""
-        step = int(checkpoint_path.rsplit("-", 1)[1])  # `ckpt-<step>`, as the loop names it
+        step = checkpointing.checkpoint_step(checkpoint_path)
         with tempfile.TemporaryDirectory() as directory:
             try:
                 prefix = tf1.save(

@@ -81,6 +81,11 @@ def latest_checkpoint(directory):
     return None
 
 
+def checkpoint_step(path):
+    """The global step in a training checkpoint's name (`.../ckpt-<step>`)."""
+    return int(path.rsplit("-", 1)[1])
+
+
 def saved_checkpoints(directory):
     """Every intact checkpoint listed in `directory/checkpoint`, oldest first."""
     return [path for path in _listed_checkpoints(directory) if is_intact(path)]
@@ -204,7 +209,7 @@ class TrainingCheckpoints:
         state = tf.train.get_checkpoint_state(self.output_dir)
         if state is not None:
             kept += list(state.all_model_checkpoint_paths)
-        kept = {int(p.rsplit("-", 1)[1]) for p in kept}
+        kept = {checkpoint_step(p) for p in kept}
         directory = os.path.dirname(self._input_state_prefix(0))
         for path in tf.io.gfile.glob(os.path.join(directory, "ckpt-*")):
             match = re.search(r"ckpt-(\d+)\.", os.path.basename(path))

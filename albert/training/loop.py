@@ -357,7 +357,7 @@ def keep_best(task, model, output_dir, metrics, checkpoint_path):
         return
     prefix = os.path.join(output_dir, BEST_PREFIX)
     task.save_best(model, checkpoint_path, prefix)
-    step = int(checkpoint_path.rsplit("-", 1)[1])
+    step = checkpointing.checkpoint_step(checkpoint_path)
     checkpointing.record_best(output_dir, step, name, metrics[name], checkpoint_path)
     logging.info("New best %s %.4f at step %d, kept as %s.", name, metrics[name], step, prefix)
 
