@@ -59,3 +59,31 @@ def write_eval_results(output_dir, results, append=False):
     # never leaves earlier blocks truncated.
     fileio.write_text(path, text)
     return path
+
+
+def read_eval_results(output_dir):
+    """The blocks of `output_dir/eval_results.txt` that `write_eval_results` writes, in file
+    order: dicts of key -> value (an int or float where the text is one, else the text);
+    [] when there is no such file."""
+    import tensorflow as tf
+
+    path = os.path.join(output_dir, EVAL_RESULTS_FILE)
+    if not tf.io.gfile.exists(path):
+        return []
+    with tf.io.gfile.GFile(path) as f:
+        text = f.read()
+    blocks = []
+    for block in text.split(BLOCK_SEPARATOR + "\n"):
+        results = dict(line.split(" = ", 1) for line in block.splitlines() if " = " in line)
+        if results:
+            blocks.append({key: _number(value) for key, value in results.items()})
+    return blocks
+
+
+def _number(text):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text

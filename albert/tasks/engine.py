@@ -66,7 +66,7 @@ from albert.data import features as feature_lib
 from albert.metrics import write_eval_results
 from albert.tasks import FineTuningError
 from albert.tasks.feature_files import FeatureFile, write_features_file
-from albert.tasks.weights import load_final_weights, load_finetuning_weights
+from albert.tasks.weights import earlier_evaluation, load_final_weights, load_finetuning_weights
 from albert.training import checkpointing, loop, predict
 from albert.training.inputs import fit_batch_size, per_replica_batch_size
 from albert.training.run_lock import output_dir_lock
@@ -430,6 +430,8 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
         )
         if chief:
             write_eval_results(options.output_dir, {**results, "checkpoint": path})
+    elif do_predict:
+        task.final_evaluation = earlier_evaluation(options.output_dir, path, step)
     if do_predict:
         predictions = task.predict(model, strategy, PREDICT, steps_per_call)
         if chief:

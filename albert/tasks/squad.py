@@ -15,8 +15,9 @@ the best thresholds, with the null threshold tuned on that file (`null_score_dif
 the `best_f1_thresh`, by `albert.metrics.squad_threshold`) and `exact`/`f1` reported at it. The best checkpoint is kept by `f1`.
 Prediction writes `predictions.json`, `nbest_predictions.json` and (v2.0) `null_odds.json`;
 v2.0 answers are nulled above `--null_score_diff_threshold` when given, else above the
-threshold tuned by the final evaluation (of the weights that predict; or tuned now, when the
-file has answers), else 0.
+threshold tuned by the final evaluation of the weights that predict (this run's, or the one
+an earlier run wrote to eval_results.txt for the same checkpoint: train and evaluate on dev,
+then predict the test file), else one tuned now when the file has answers, else 0.
 
 Shape letters: B batch, T max_seq_length, K start_n_top, K' end_n_top.
 """
@@ -252,19 +253,25 @@ class SquadTask(engine.FineTuningTask):
 
     def null_threshold_for_predictions(self, predictions):
         """The v2 threshold of `write_predictions` (see the module doc): the flag's, else the
-        one tuned by the final evaluation (of the weights that predict), else one tuned now."""
+        one tuned by the final evaluation of the weights that predict, else one tuned now."""
         if self.null_score_diff_threshold is not None:
             return self.null_score_diff_threshold
         evaluation = self.final_evaluation
-        if evaluation is None and self.gold_dataset(engine.PREDICT):
-            evaluation = self.evaluate_predictions(predictions)
-        if evaluation is None:
-            logging.warning(
-                "No null threshold tuned (the predict file has no answers): using 0.0; "
-                "pass --null_score_diff_threshold tuned on dev."
+        if evaluation is not None and "null_score_diff_threshold" in evaluation:
+            logging.info(
+                "Null threshold tuned by the evaluation of these weights (global step %s).",
+                evaluation.get("global_step"),
             )
-            return 0.0
-        return evaluation["null_score_diff_threshold"]
+            return evaluation["null_score_diff_threshold"]
+        if self.gold_dataset(engine.PREDICT):
+            logging.info("Null threshold tuned on --predict_file (it has answers).")
+            return self.evaluate_predictions(predictions)["null_score_diff_threshold"]
+        logging.warning(
+            "No null threshold tuned (no evaluation of these weights in eval_results.txt, and "
+            "the predict file has no answers): using 0.0; pass --null_score_diff_threshold "
+            "tuned on dev, or evaluate on dev first (--do_eval) in the same --output_dir."
+        )
+        return 0.0
 
     def write_predictions(self, predictions, output_dir):
         threshold = None

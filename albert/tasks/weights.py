@@ -4,7 +4,8 @@ A run starts from any checkpoint `albert.checkpoints.load_any` reads: the encode
 task head too when the checkpoint holds one of the same shape. Evaluation, prediction and
 export after training use `model.ckpt-best` in `output_dir`, else its latest checkpoint, else
 `--init_checkpoint` (which must then hold the task head, e.g. an MNLI fine-tuning run to
-predict AX with).
+predict AX with). A run that predicts without evaluating takes the final evaluation an
+earlier run wrote for the same weights (`earlier_evaluation`: SQuAD 2.0's tuned threshold).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import tensorflow as tf
 from absl import logging
 
 from albert.checkpoints import load_any, training_format
+from albert.metrics import EVAL_RESULTS_FILE, read_eval_results
 from albert.tasks import FineTuningError
 from albert.training import checkpointing
 
@@ -96,3 +98,29 @@ def load_final_weights(model, options):
     step = training_format.global_step(path)
     logging.info("Final weights: %s (global step %s).", path, step)
     return path, step
+
+
+def earlier_evaluation(output_dir, path, step):
+    """The final evaluation an earlier run wrote to `output_dir/eval_results.txt` for the
+    weights at `path` (global step `step`), or None.
+
+    A block matches when it names a checkpoint of the same file name and global step and the
+    file was written after that checkpoint: `model.ckpt-best` rewritten by later training
+    (with --nodo_eval) is not matched by the evaluation of the weights it replaced.
+    """
+    blocks = read_eval_results(output_dir)
+    name = os.path.basename(path)
+    for results in reversed(blocks):
+        checkpoint = str(results.get("checkpoint", ""))
+        if os.path.basename(checkpoint) == name and results.get("global_step") == step:
+            results_file = os.path.join(output_dir, EVAL_RESULTS_FILE)
+            return results if _written_after(results_file, path) else None
+    return None
+
+
+def _written_after(results_file, path):
+    for written in (path + ".index", path):
+        if tf.io.gfile.exists(written):
+            mtime = tf.io.gfile.stat(written).mtime_nsec
+            return tf.io.gfile.stat(results_file).mtime_nsec >= mtime
+    return False

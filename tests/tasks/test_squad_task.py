@@ -3,6 +3,7 @@ word from a set of six among filler words), the real dev-v2.0.json sample (forma
 the v1/v2 losses against numpy, and the QA SavedModel reloaded in a fresh process."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -243,3 +244,61 @@ def test_v2_predictions_take_the_threshold_of_the_final_evaluation():
     assert task.null_threshold_for_predictions(predictions=None) == -1.5
     task.null_score_diff_threshold = 0.25  # --null_score_diff_threshold wins
     assert task.null_threshold_for_predictions(predictions=None) == 0.25
+
+
+def test_earlier_evaluation_is_of_the_same_weights(tmp_path):
+    from albert.metrics import write_eval_results
+    from albert.tasks.weights import earlier_evaluation
+
+    best = tmp_path / "model.ckpt-best"
+    (tmp_path / "model.ckpt-best.index").write_text("")
+    assert earlier_evaluation(str(tmp_path), str(best), 4) is None  # no eval_results.txt
+    results = {"global_step": 4, "null_score_diff_threshold": -1.5, "checkpoint": str(best)}
+    write_eval_results(str(tmp_path), results)
+    assert earlier_evaluation(str(tmp_path), str(best), 4) == results
+    # Predicting from another directory path of the same checkpoint (a relative output_dir).
+    assert earlier_evaluation(str(tmp_path), "model.ckpt-best", 4) is None  # no such file
+    assert earlier_evaluation(str(tmp_path), str(tmp_path / "model.ckpt-8"), 8) is None
+    assert earlier_evaluation(str(tmp_path), str(best), 8) is None  # another step
+    # model.ckpt-best rewritten after the evaluation (training went on with --nodo_eval).
+    later = (tmp_path / "eval_results.txt").stat().st_mtime_ns + 10**9
+    os.utime(tmp_path / "model.ckpt-best.index", ns=(later, later))
+    assert earlier_evaluation(str(tmp_path), str(best), 4) is None
+
+
+@pytest.mark.slow
+def test_v2_test_file_predictions_take_the_threshold_tuned_on_dev(tmp_path):
+    # Train and evaluate on dev, then predict a test file without answers in another run: the
+    # threshold is the one eval_results.txt holds for those weights (it was 0 with a warning).
+    config = synthetic.write_config(tmp_path / "config.json")
+    dev = write_marker_squad(tmp_path / "dev.json", 12, seed=1)
+    unlabeled = json.loads(Path(dev).read_text(encoding="utf-8"))
+    for paragraph in unlabeled["data"][0]["paragraphs"]:
+        for qa in paragraph["qas"]:
+            del qa["answers"]
+    test_file = tmp_path / "test.json"
+    test_file.write_text(json.dumps(unlabeled), encoding="utf-8")
+    output_dir = tmp_path / "out"
+    v2 = "--version_2_with_negative"
+    run_squad(
+        *tiny_flags(config, output_dir, dev, dev),
+        v2,
+        "--train_step=2",
+        "--save_checkpoints_steps=2",
+        "--do_train",
+        "--do_eval",
+    )
+    results_file = output_dir / "eval_results.txt"
+    tuned = read_key_values(results_file)["null_score_diff_threshold"]
+    for threshold, all_null in ((-1e9, True), (1e9, False)):
+        # Every null score is far from these, so the predictions show which one was used.
+        results_file.write_text(
+            results_file.read_text().replace(
+                f"null_score_diff_threshold = {tuned}", f"null_score_diff_threshold = {threshold}"
+            )
+        )
+        tuned = threshold
+        run_squad(*tiny_flags(config, output_dir, dev, test_file), v2, "--do_predict")
+        predictions = json.loads((output_dir / "predictions.json").read_text())
+        assert len(predictions) == 12
+        assert all((text == "") == all_null for text in predictions.values()), predictions
