@@ -15,6 +15,7 @@ saved but not yet evaluated when the previous run died is evaluated before train
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 
@@ -348,12 +349,13 @@ def _keep_best(state, metrics, checkpoint_path):
 
 def keep_best(task, model, output_dir, metrics, checkpoint_path):
     """Makes `checkpoint_path` (its weights in `model`, scored `metrics`) `model.ckpt-best`
-    when its `task.best_metric` beats the best recorded in `output_dir`."""
+    when its `task.best_metric` beats the best recorded in `output_dir`. A NaN metric (a
+    diverged run) never does, as in the original's `value > best`."""
     name = task.best_metric
     if not name or not checkpoint_path or name not in metrics:
         return
     best = checkpointing.best_value(output_dir)
-    if best is not None and metrics[name] <= best:
+    if math.isnan(metrics[name]) or (best is not None and metrics[name] <= best):
         return
     prefix = os.path.join(output_dir, BEST_PREFIX)
     task.save_best(model, checkpoint_path, prefix)

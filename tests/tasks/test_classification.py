@@ -15,6 +15,7 @@ from albert.config import AlbertConfig
 from albert.data import glue
 from albert.tasks import classification, engine
 from albert.tokenization import FullTokenizer
+from albert.training import loop
 from albert.training.checkpointing import read_key_values
 from tests.helpers import scalar_tags
 
@@ -250,3 +251,18 @@ def test_an_export_dir_over_other_files_stops_the_run_before_training(tmp_path, 
             export_dir=str(export_dir) + "/",
         )
     assert (tmp_path / "notes" / "todo.txt").read_text() == "keep me"
+
+
+def test_a_diverged_stsb_checkpoint_never_becomes_the_best(tmp_path, monkeypatch):
+    # NaN scores (a run that diverged) give a NaN Pearson; it must not replace the best
+    # checkpoint, nor make every later checkpoint the best (the original compares with >).
+    task = _task(tmp_path, "sts-b")
+    kept = []
+    monkeypatch.setattr(task, "save_best", lambda model, path, prefix: kept.append(path))
+    labels = np.array([0.5, 2.0, 3.0, 4.5], np.float32)
+    good = task.evaluate_predictions({"logits": labels[:, None] + 0.1, "label_ids": labels})
+    nan = task.evaluate_predictions({"logits": np.full([4, 1], np.nan), "label_ids": labels})
+    worse = task.evaluate_predictions({"logits": labels[::-1, None], "label_ids": labels})
+    for step, metrics in ((1, good), (2, nan), (3, worse)):
+        loop.keep_best(task, None, str(tmp_path), metrics, str(tmp_path / f"model.ckpt-{step}"))
+    assert kept == [str(tmp_path / "model.ckpt-1")]
