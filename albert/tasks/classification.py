@@ -7,7 +7,9 @@ the original. Both are means over the global batch.
 Evaluation scores full dev predictions with `albert.metrics.glue.compute_metrics`:
 accuracy; CoLA Matthews correlation; MRPC/QQP F1; STS-B Pearson, Spearman and MSE. The
 best checkpoint is kept by the task's main metric (Matthews for CoLA, Pearson for STS-B,
-accuracy otherwise). Predictions write `test_results.tsv` (class probabilities, or the
+accuracy otherwise). `eval_results.txt` holds each metric under its name here and, where
+the original wrote it, under the original's too (`eval_accuracy`, `eval_loss`,
+`matthew_corr`, `MSE`). Predictions write `test_results.tsv` (class probabilities, or the
 score), the GLUE server's file (`CoLA.tsv`, `MNLI-m.tsv`, `AX.tsv`, ...) and the same lines
 as `submit_results.tsv`, the original's name (`albert.tasks.glue_submission`). AX has only a test set: predict it with
 `--task_name=ax --do_predict --init_checkpoint=<the output_dir of an MNLI run>`.
@@ -29,6 +31,13 @@ from albert.tasks import flags as finetuning_flags
 from albert.training import flags as training_flags
 
 SPLITS = {engine.TRAIN: "train", engine.EVAL: "dev", engine.PREDICT: "test"}
+# eval_results.txt names of the original run_classifier.py (its metric_fn keys) for ours.
+ORIGINAL_NAMES = {
+    "accuracy": "eval_accuracy",
+    "loss": "eval_loss",
+    "matthews_corr": "matthew_corr",
+    "mse": "MSE",
+}
 
 
 class GlueTask(engine.FineTuningTask):
@@ -130,6 +139,12 @@ class GlueTask(engine.FineTuningTask):
         metrics = glue_metrics.compute_metrics(self.glue.name, logits, labels)
         metrics["loss"] = mean_loss(logits, labels, self.glue.is_regression)
         return metrics
+
+    def eval_results_entries(self, metrics):
+        """Ours, and the same values under the original's names (its `metric_fn` keys), so
+        that scripts reading the original's `eval_results.txt` read ours."""
+        original = {ORIGINAL_NAMES[k]: v for k, v in metrics.items() if k in ORIGINAL_NAMES}
+        return {**metrics, **original}
 
     def write_predictions(self, predictions, output_dir):
         logits = predictions["logits"]  # [N, C]

@@ -429,7 +429,8 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
             "Final eval of %s: %s", path, " | ".join(f"{k} {v}" for k, v in results.items())
         )
         if chief:
-            write_eval_results(options.output_dir, {**results, "checkpoint": path})
+            entries = task.eval_results_entries({**results, "checkpoint": path})
+            write_eval_results(options.output_dir, entries)
     elif do_predict:
         task.final_evaluation = earlier_evaluation(options.output_dir, path, step)
     if do_predict:

@@ -338,7 +338,8 @@ def _evaluate(state, checkpoint_path=None):
     state.eval_writer.write(metrics, step)
     task.record_evaluation(step, checkpoint_path, metrics)
     if state.chief:
-        write_eval_results(options.output_dir, {"global_step": step, **metrics})
+        entries = task.eval_results_entries({"global_step": step, **metrics})
+        write_eval_results(options.output_dir, entries)
         _keep_best(state, metrics, checkpoint_path)
     return metrics
 

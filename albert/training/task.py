@@ -196,6 +196,11 @@ class TrainingTask(abc.ABC):
         del model, strategy, steps_per_call
         return None
 
+    def eval_results_entries(self, metrics):
+        """The `key = value` entries of `eval_results.txt` for `metrics` (an evaluation's,
+        with `global_step`); the default writes them as they are."""
+        return metrics
+
     def save_best(self, model, checkpoint_path, best_prefix):
         """Keeps the current weights, saved at `checkpoint_path`, as `best_prefix`.
 

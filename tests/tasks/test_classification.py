@@ -53,6 +53,7 @@ def test_sst2_reaches_near_perfect_dev_accuracy(sst2):
     assert metrics["accuracy"] >= 0.97, metrics
     results = read_key_values(output_dir / "eval_results.txt")
     assert float(results["accuracy"]) == pytest.approx(metrics["accuracy"])
+    assert results["eval_accuracy"] == results["accuracy"]  # the original's name too
     best = read_key_values(output_dir / "best_checkpoint.txt")
     assert best["metric"] == "accuracy"
     assert results["global_step"] == best["global_step"]  # the final eval is of the best
@@ -266,3 +267,23 @@ def test_a_diverged_stsb_checkpoint_never_becomes_the_best(tmp_path, monkeypatch
     for step, metrics in ((1, good), (2, nan), (3, worse)):
         loop.keep_best(task, None, str(tmp_path), metrics, str(tmp_path / f"model.ckpt-{step}"))
     assert kept == [str(tmp_path / "model.ckpt-1")]
+
+
+def test_eval_results_hold_the_original_names_too():
+    # Scripts that read the original's eval_results.txt look for its metric_fn keys.
+    labels = np.array([0, 1, 1, 0, 1])
+    logits = np.eye(2, dtype=np.float32)[[0, 1, 0, 0, 1]]
+    cola = _task(None, "cola")
+    entries = cola.eval_results_entries(
+        {"global_step": 3, **cola.evaluate_predictions({"logits": logits, "label_ids": labels})}
+    )
+    assert entries["eval_accuracy"] == entries["accuracy"] == pytest.approx(0.8)
+    assert entries["matthew_corr"] == entries["matthews_corr"]
+    assert entries["eval_loss"] == entries["loss"] and entries["global_step"] == 3
+    scores = np.array([0.5, 2.0, 3.0], np.float32)
+    stsb = _task(None, "sts-b")
+    entries = stsb.eval_results_entries(
+        stsb.evaluate_predictions({"logits": scores[:, None] + 0.5, "label_ids": scores})
+    )
+    assert entries["MSE"] == entries["mse"] == pytest.approx(0.25)
+    assert "eval_accuracy" not in entries  # the original has none for STS-B either
