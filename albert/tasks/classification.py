@@ -187,7 +187,8 @@ def mean_loss(logits, labels, regression):
     logits = np.asarray(logits, np.float64)
     if regression:
         return float(np.mean((logits[:, 0] - np.asarray(labels, np.float64)) ** 2))
-    log_probabilities = np.log(softmax(logits))
+    shifted = logits - logits.max(axis=-1, keepdims=True)  # log-softmax: finite at any gap
+    log_probabilities = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
     return float(-np.mean(log_probabilities[np.arange(len(labels)), np.asarray(labels)]))
 
 

@@ -287,3 +287,11 @@ def test_eval_results_hold_the_original_names_too():
     )
     assert entries["MSE"] == entries["mse"] == pytest.approx(0.25)
     assert "eval_accuracy" not in entries  # the original has none for STS-B either
+
+
+def test_eval_loss_is_finite_for_confident_wrong_logits():
+    # log(softmax) underflowed to -inf beyond a logit gap of ~745 (a diverged head).
+    logits = np.array([[1000.0, 0.0], [0.0, 3.0]])
+    loss = classification.mean_loss(logits, np.array([1, 1]), regression=False)
+    expected = (1000.0 + np.log1p(np.exp(-3.0))) / 2
+    assert loss == pytest.approx(expected)
