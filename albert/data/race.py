@@ -2,7 +2,7 @@
 
 The release unpacks to `RACE/{train,dev,test}/{middle,high}/*.txt`, each file one article in
 JSON: `{"article", "questions": [...], "options": [[4 strings], ...], "answers": ["A", ...],
-"id"}`. Every question becomes one `RaceExample`; `--high_only` / `--middle_only` keep one
+"id"}`; a file may also hold one such article per line (JSON Lines), as the original reads. Every question becomes one `RaceExample`; `--high_only` / `--middle_only` keep one
 level (the paper reports both and their union).
 
 Each of the 4 choices is packed as `[CLS] article [SEP] question+option [SEP]`, as the
@@ -101,15 +101,37 @@ def race_files(data_dir, split, levels) -> list:
     return files
 
 
-def _read_article(path, level):
-    """The examples of one RACE article file."""
+def _read_articles(path, level):
+    """The examples of one RACE file: one JSON article (the release), or one article per
+    line (JSON Lines), as the original reads each line of a file."""
     try:
         with tf.io.gfile.GFile(path, "rb") as f:
-            data = json.loads(f.read().decode("utf-8"))
+            text = f.read().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RaceDataError(f"RACE file {path!r} is not valid UTF-8 JSON ({e}).") from None
+    try:
+        return _read_article(path, level, json.loads(text), default_id=None)
+    except json.JSONDecodeError as e:
+        lines = [line for line in text.splitlines() if line.strip()]
+        if e.msg != "Extra data" or len(lines) < 2:
+            raise RaceDataError(f"RACE file {path!r} is not valid UTF-8 JSON ({e}).") from None
+    examples = []
+    for number, line in enumerate(lines, 1):
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise RaceDataError(
+                f"RACE file {path!r} line {number} is not one JSON article ({e})."
+            ) from None
+        examples.extend(_read_article(path, level, data, default_id=f"line{number}"))
+    return examples
+
+
+def _read_article(path, level, data, default_id):
+    """The examples of one RACE article, `data` (parsed JSON) from the file `path`."""
+    try:
         questions, options, answers = data["questions"], data["options"], data["answers"]
         article = data["article"]
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise RaceDataError(f"RACE file {path!r} is not valid UTF-8 JSON ({e}).") from None
     except (KeyError, TypeError) as e:
         raise RaceDataError(
             f"RACE file {path!r} lacks the key {e}; each file needs article, questions, "
@@ -125,8 +147,10 @@ def _read_article(path, level):
             f"and {len(answers)} answers; they must be equally many."
         )
     # Released files carry "id" (e.g. "high1234.txt"); without one, the level and file name
-    # identify the article as the released layout does (middle/12.txt and high/12.txt differ).
-    file_id = data.get("id") or f"{level}/{os.path.basename(path)}"
+    # (and line) identify the article as the released layout does (middle/12.txt and
+    # high/12.txt differ).
+    file_id = f"{level}/{os.path.basename(path)}" + (f":{default_id}" if default_id else "")
+    file_id = data.get("id") or file_id
     examples = []
     for index, (question, choices, answer) in enumerate(
         zip(questions, options, answers, strict=True)
@@ -167,7 +191,7 @@ def read_race_examples(data_dir, split, high_only=False, middle_only=False) -> l
     """
     examples, files_by_id = [], {}
     for level, path in race_files(data_dir, split, race_levels(high_only, middle_only)):
-        article_examples = _read_article(path, level)
+        article_examples = _read_articles(path, level)
         for example in article_examples:
             other = files_by_id.setdefault(example.example_id, path)
             if other != path:

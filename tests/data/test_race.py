@@ -89,6 +89,24 @@ def test_malformed_files_are_named(tmp_path, content, message):
     assert "9.txt" in str(error.value)
 
 
+def test_a_file_of_one_article_per_line(tmp_path):
+    # The original reads each line of a file as an article (JSON Lines); the release has one.
+    no_id = {k: v for k, v in HIGH.items() if k != "id"}
+    lines = "\n".join(json.dumps(a) for a in (MIDDLE, no_id, no_id)) + "\n"
+    data_dir = make_race(tmp_path, files={"middle": {"1.txt": lines}})
+    examples = read_race_examples(data_dir, "dev", middle_only=True)
+    assert [(e.example_id, e.label) for e in examples] == [
+        ("middle1.txt-0", 0),
+        ("middle1.txt-1", 2),
+        ("middle/1.txt:line2-0", 1),
+        ("middle/1.txt:line3-0", 1),
+    ]
+    bad = json.dumps(MIDDLE) + "\n{not json\n"
+    data_dir = make_race(tmp_path / "bad", files={"middle": {"1.txt": bad}})
+    with pytest.raises(RaceDataError, match="1.txt' line 2 is not one JSON article"):
+        read_race_examples(data_dir, "dev", middle_only=True)
+
+
 def test_missing_directories(tmp_path):
     data_dir = make_race(tmp_path, files={"middle": {"1.txt": MIDDLE}})
     with pytest.raises(RaceDataError, match="dev/high' does not exist"):
