@@ -78,7 +78,9 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
         if not self.warmup_steps:
             return decayed
         warmup_step = step - float(self.start_warmup_step)
-        warmup = self.initial_learning_rate * warmup_step / float(self.warmup_steps)
+        # init * (step / W) as the original's `init_lr * warmup_percent_done`: the product
+        # taken in the other order differs in the last bit at a third of the warmup steps.
+        warmup = self.initial_learning_rate * (warmup_step / float(self.warmup_steps))
         return ops.where(warmup_step < float(self.warmup_steps), warmup, decayed)
 
     def get_config(self):

@@ -166,6 +166,42 @@ def test_schedule_known_values():
     ]
 
 
+def _original_graph_schedule(step, init, total, warmup, start, power):
+    """The original's learning rate as its TensorFlow ops compute it in float32
+    (optimization.py, create_optimizer: tf.train.polynomial_decay, then the warmup lines)."""
+    import tensorflow as tf
+
+    global_step = tf.constant(step, tf.int64)
+    rate = tf.compat.v1.train.polynomial_decay(
+        tf.constant(init, tf.float32), global_step, total, end_learning_rate=0.0, power=power
+    )
+    rate = rate() if callable(rate) else rate
+    if warmup:
+        steps_int = tf.cast(global_step, tf.int32) - tf.constant(start, tf.int32)
+        warmup_int = tf.constant(warmup, tf.int32)
+        percent_done = tf.cast(steps_int, tf.float32) / tf.cast(warmup_int, tf.float32)
+        is_warmup = tf.cast(steps_int < warmup_int, tf.float32)
+        rate = (1.0 - is_warmup) * rate + is_warmup * (init * percent_done)
+    return rate.numpy()
+
+
+@pytest.mark.parametrize(
+    "init,total,warmup,start,power",
+    [(0.00176, 125000, 3125, 0, 1.0), (3e-5, 10000, 1000, 0, 1.0), (2e-5, 800, 200, 7, 0.5)],
+)
+def test_schedule_is_bit_exact_with_the_original_ops(init, total, warmup, start, power):
+    # The pretraining default and two fine-tuning rows: every warmup step, and the decay.
+    import tensorflow as tf
+
+    schedule = WarmupPolynomialDecay(init, total, warmup, start, power)
+    steps = [*range(warmup + start + 3), total // 2, total - 1, total, total + 3]
+    ours = np.array([schedule(tf.constant(s, tf.int64)).numpy() for s in steps])
+    original = np.array(
+        [_original_graph_schedule(s, init, total, warmup, start, power) for s in steps]
+    )
+    np.testing.assert_array_equal(ours, original)
+
+
 def test_create_optimizer_follows_the_global_step():
     step = keras.Variable(0, dtype="int64", trainable=False)
     optimizer, schedule = create_optimizer(
