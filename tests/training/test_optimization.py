@@ -171,7 +171,7 @@ def _original_graph_schedule(step, init, total, warmup, start, power):
     (optimization.py, create_optimizer: tf.train.polynomial_decay, then the warmup lines)."""
     import tensorflow as tf
 
-    global_step = tf.constant(step, tf.int64)
+    global_step = tf.constant(step, tf.int64)  # [S] steps
     rate = tf.compat.v1.train.polynomial_decay(
         tf.constant(init, tf.float32), global_step, total, end_learning_rate=0.0, power=power
     )
@@ -195,10 +195,9 @@ def test_schedule_is_bit_exact_with_the_original_ops(init, total, warmup, start,
 
     schedule = WarmupPolynomialDecay(init, total, warmup, start, power)
     steps = [*range(warmup + start + 3), total // 2, total - 1, total, total + 3]
-    ours = np.array([schedule(tf.constant(s, tf.int64)).numpy() for s in steps])
-    original = np.array(
-        [_original_graph_schedule(s, init, total, warmup, start, power) for s in steps]
-    )
+    ours = schedule(tf.constant(steps, tf.int64)).numpy()  # elementwise over the steps
+    original = _original_graph_schedule(steps, init, total, warmup, start, power)
+    assert ours.shape == original.shape == (len(steps),)
     np.testing.assert_array_equal(ours, original)
 
 
