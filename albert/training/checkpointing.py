@@ -45,7 +45,6 @@ from albert.checkpoints.training_format import (
     RNG_KEY,
     checkpoint_reader,
     rng_tree,
-    stored_shapes,
     variable_tree,
 )
 
@@ -55,6 +54,8 @@ EVALUATED_FILE = "evaluated_checkpoint.txt"
 INPUT_STATE_DIR = "input_state"
 INPUT_SPEC_SUFFIX = ".element_spec.json"
 FAULT_POINT_ENV = "ALBERT_FAULT_POINT"
+# The variable-path prefix of Keras' LossScaleOptimizer (float16 runs), its default name.
+LOSS_SCALE_OPTIMIZER = "loss_scale_optimizer"
 
 
 def fault_point(name, step):
@@ -154,18 +155,68 @@ class TrainingCheckpoints:
         self.write_dir = write_dir
         self.global_step = global_step
         self.worker_index = worker_index
-        parts = {
-            MODEL_KEY: variable_tree(model.weights),
-            OPTIMIZER_KEY: variable_tree(optimizer.variables),
-            GLOBAL_STEP_KEY: global_step,
-        }
-        self.checkpoint = tf.train.Checkpoint(**parts, **{RNG_KEY: rng_tree(model)})
-        # For checkpoints written before the random state was saved.
-        self._checkpoint_without_rng = tf.train.Checkpoint(**parts)
+        self.model = model
+        self.optimizer_variables = list(optimizer.variables)
+        # A float16 run's LossScaleOptimizer adds its own variables (the loss scale, its
+        # step counter) beside the inner optimizer's; a run in another precision has none.
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
+        inner_ids = {id(v) for v in inner.variables}
+        self.loss_scale_variables = [v for v in optimizer.variables if id(v) not in inner_ids]
+        self.checkpoint = self._checkpoint(self.optimizer_variables, with_rng=True)
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, write_dir, max_to_keep=max_to_keep, checkpoint_name=CHECKPOINT_NAME
         )
         self.input_iterator = None
+
+    def _checkpoint(self, optimizer_variables, with_rng):
+        parts = {
+            MODEL_KEY: variable_tree(self.model.weights),
+            OPTIMIZER_KEY: variable_tree(optimizer_variables),
+            GLOBAL_STEP_KEY: self.global_step,
+        }
+        if with_rng:
+            parts[RNG_KEY] = rng_tree(self.model)
+        return tf.train.Checkpoint(**parts)
+
+    def _restoring_checkpoint(self, path):
+        """The checkpoint object that reads `path` whole: without the random state if it
+        holds none (an older run), and with or without float16 loss-scale variables as it
+        holds them (written by a run in another precision: see `restore_latest`)."""
+        dtypes = checkpoint_reader(path).get_variable_to_dtype_map()
+        with_rng = any(name.startswith(RNG_KEY + "/") for name in dtypes)
+        if not with_rng:
+            logging.warning(
+                "%s holds no random state (an older run): dropout masks after resume differ "
+                "from an uninterrupted run's.",
+                path,
+            )
+        loss_scale = f"{OPTIMIZER_KEY}/{LOSS_SCALE_OPTIMIZER}/"
+        stored = {name: dtype for name, dtype in dtypes.items() if name.startswith(loss_scale)}
+        variables = self.optimizer_variables
+        if self.loss_scale_variables and not stored:
+            logging.info(
+                "%s holds no float16 loss scale (written in another --mixed_precision): the "
+                "loss scale starts at its initial value.",
+                path,
+            )
+            loss_scale_ids = {id(v) for v in self.loss_scale_variables}
+            variables = [v for v in variables if id(v) not in loss_scale_ids]
+        elif stored and not self.loss_scale_variables:
+            logging.info(
+                "%s holds a float16 loss scale, which this run (another --mixed_precision) "
+                "does not use.",
+                path,
+            )
+            # Stand-ins read the stored values, so the restore still checks every other one.
+            suffix = "/.ATTRIBUTES/VARIABLE_VALUE"
+            variables = variables + [
+                tf.Variable(tf.zeros([], dtype), name=name[len(OPTIMIZER_KEY) + 1 : -len(suffix)])
+                for name, dtype in stored.items()
+                if name.endswith(suffix)
+            ]
+        if variables is self.optimizer_variables and with_rng:
+            return self.checkpoint
+        return self._checkpoint(variables, with_rng)
 
     # --- Input state ---------------------------------------------------------------------
 
@@ -236,6 +287,11 @@ class TrainingCheckpoints:
     def restore_latest(self):
         """Restores the newest intact checkpoint in `output_dir`; returns its path or None.
 
+        A checkpoint of a run in another `--mixed_precision` resumes (the same command on
+        another machine can pick another precision under `auto`): float16 runs add a loss
+        scale to the optimizer's state, which starts at its initial value when the checkpoint
+        holds none, and is left unread when this run uses none.
+
         Raises:
             CheckpointError: the checkpoint was written for another model or optimizer.
         """
@@ -247,17 +303,8 @@ class TrainingCheckpoints:
                     "use a new --output_dir or delete its model.ckpt-* files to start over."
                 )
             return None
-        stored = set(stored_shapes(path))
-        checkpoint = self.checkpoint
-        if not any(name.startswith(RNG_KEY + "/") for name in stored):
-            logging.warning(
-                "%s holds no random state (an older run): dropout masks after resume differ "
-                "from an uninterrupted run's.",
-                path,
-            )
-            checkpoint = self._checkpoint_without_rng
         try:
-            checkpoint.restore(path).assert_consumed()
+            self._restoring_checkpoint(path).restore(path).assert_consumed()
         except (AssertionError, ValueError) as e:
             raise CheckpointError(
                 f"Cannot resume from {path} ({first_line(e)}); was it written with another "

@@ -102,3 +102,28 @@ def test_classifier_on_a_ram_output_dir_end_to_end(tmp_path, monkeypatch):
     results = checkpointing.read_key_values(f"{output_dir}/eval_results.txt")
     assert results["checkpoint"] == f"{output_dir}/model.ckpt-best"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "glue"]
+
+
+def test_a_run_resumes_in_another_precision(tmp_path):
+    # float16 wraps the optimizer in a LossScaleOptimizer, whose variables (the loss scale)
+    # a float32 or bfloat16 checkpoint lacks; under --mixed_precision=auto the same command
+    # picks float16 on one GPU and bfloat16 on another. Resume was refused both ways.
+    import keras
+
+    output_dir = tmp_path / "run"
+    tiny_pretraining_run(tmp_path, output_dir, num_train_steps=4)
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        tiny_pretraining_run(tmp_path, output_dir, num_train_steps=8)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    reader = tf.train.load_checkpoint(str(output_dir / "model.ckpt-8"))
+    assert reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 8
+    names = reader.get_variable_to_shape_map()
+    assert any("loss_scale_optimizer/dynamic_scale" in n for n in names)
+    tiny_pretraining_run(tmp_path, output_dir, num_train_steps=12)  # and back to float32
+    reader = tf.train.load_checkpoint(str(output_dir / "model.ckpt-12"))
+    assert reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 12
+    # Anything else that differs is still refused.
+    with pytest.raises(CheckpointError, match="Cannot resume from .*model.ckpt-12"):
+        tiny_pretraining_run(tmp_path, output_dir, num_train_steps=16, hidden_size=32)
