@@ -96,6 +96,16 @@ def fill_from_table(flag_values, task_key):
                 f"--{_ORIGINAL_NAMES.get(name, name)}={value}" for name, value in taken.items()
             ),
         )
+    steps, warmup = flag_values.num_train_steps, flag_values.num_warmup_steps
+    if "num_warmup_steps" in taken and "num_train_steps" not in taken and warmup >= steps:
+        logging.warning(
+            "--warmup_step=%d from the paper's table is not below --train_step=%d: the "
+            "learning rate never reaches --learning_rate; pass --warmup_step (the table's "
+            "proportion of --train_step is %d).",
+            warmup,
+            steps,
+            steps * row.num_warmup_steps // row.num_train_steps,
+        )
     return taken
 
 

@@ -48,6 +48,20 @@ def test_unset_flags_come_from_the_paper_table():
     assert flag_values.warmup_step == 1000  # the original's name reads the same value
 
 
+def test_a_table_warmup_beyond_the_given_steps_is_warned(caplog):
+    # CoLA's row warms up for 320 steps; with --train_step=7 the rate would never peak.
+    flag_values = _parsed("--task_name=cola", "--train_step=7")
+    hyperparameters.fill_from_table(flag_values, "cola")
+    assert "--warmup_step=320 from the paper's table is not below --train_step=7" in caplog.text
+    assert "proportion of --train_step is 0" in caplog.text  # 7 * 320 // 5336
+    caplog.clear()
+    flag_values = _parsed("--task_name=cola", "--train_step=7", "--warmup_step=2")
+    hyperparameters.fill_from_table(flag_values, "cola")
+    flag_values = _parsed("--task_name=cola")  # the table's own steps and warmup
+    hyperparameters.fill_from_table(flag_values, "cola")
+    assert "never reaches" not in caplog.text
+
+
 @pytest.fixture(scope="module")
 def mnli(tmp_path_factory):
     root = tmp_path_factory.mktemp("mnli")
