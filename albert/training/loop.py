@@ -265,6 +265,20 @@ def _evaluate_and_record(state, path):
     return results
 
 
+def _warn_negative_rates(schedule, step, total):
+    """The original's warmup is negative before --start_warmup_step (meant for a run resumed
+    past it); a run that trains there ascends the gradient, so say so."""
+    start = getattr(schedule, "start_warmup_step", 0)
+    if getattr(schedule, "warmup_steps", 0) and step < min(start, total):
+        logging.warning(
+            "Steps %d to %d run at negative learning rates: they come before "
+            "--start_warmup_step=%d (as in the original, whose warmup counts from it).",
+            step,
+            min(start, total) - 1,
+            start,
+        )
+
+
 def _train(state):
     options, task = state.options, state.task
     writer = ScalarWriter(options.output_dir, enabled=state.chief)
@@ -272,6 +286,7 @@ def _train(state):
     shown = ("loss", *task.logged_metrics, "gradient_norm", "learning_rate")
     progress = ProgressLogger(total, shown)
     data = _training_input(state) if state.step < total else None
+    _warn_negative_rates(state.schedule, state.step, total)
     save_every = options.save_checkpoints_steps if options.save_checkpoints_steps > 0 else total
     results = _evaluate_pending(state)
     while state.step < total:

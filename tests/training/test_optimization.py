@@ -218,3 +218,17 @@ def test_bad_settings_are_one_sentence_errors():
         create_optimizer("sgd", 1e-3, 100)
     with pytest.raises(OptimizerError, match="num_train_steps"):
         create_optimizer("lamb", 1e-3, 0)
+
+
+def test_steps_before_start_warmup_step_are_warned(caplog):
+    # As the original, the warmup is negative before --start_warmup_step: gradient ascent.
+    from albert.training import loop
+
+    schedule = WarmupPolynomialDecay(1e-3, 100, warmup_steps=10, start_warmup_step=5)
+    assert float(schedule(0)) < 0 and float(schedule(5)) == 0
+    loop._warn_negative_rates(schedule, 0, 100)
+    assert "Steps 0 to 4 run at negative learning rates" in caplog.text
+    caplog.clear()
+    loop._warn_negative_rates(schedule, 5, 100)  # resumed at the start: as meant
+    loop._warn_negative_rates(WarmupPolynomialDecay(1e-3, 100, 0, 5), 0, 100)  # no warmup
+    assert "negative" not in caplog.text
