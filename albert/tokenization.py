@@ -317,14 +317,16 @@ class FullTokenizer:
 def basic_tokenize(text: str, do_lower_case: bool) -> list:
     """Splits text into words and punctuation; CJK characters become words of their own.
 
-    Control characters are dropped, whitespace splits, lower-casing also strips accents
-    (NFD, then every non-spacing mark removed), and each punctuation character is a token.
+    Control and format characters (categories Cc, Cf) are dropped, whitespace splits,
+    lower-casing also strips accents (NFD, then every non-spacing mark removed), and each
+    punctuation character is a token. Private-use and unassigned characters stay, as in the
+    original.
     """
     chars = []
     for char in text:
         if char in "\t\n\r" or unicodedata.category(char) == "Zs":
             chars.append(" ")
-        elif ord(char) in (0, 0xFFFD) or unicodedata.category(char).startswith("C"):
+        elif ord(char) in (0, 0xFFFD) or unicodedata.category(char) in ("Cc", "Cf"):
             continue
         elif _is_cjk(ord(char)):
             chars.append(f" {char} ")

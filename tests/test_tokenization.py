@@ -240,6 +240,16 @@ def test_wordpiece_cjk_punctuation_and_control(wordpiece):
     ]
 
 
+def test_wordpiece_drops_only_format_and_control_characters(wordpiece):
+    """The original's `_clean_text` drops categories Cc and Cf only; a private-use (Co) or
+    unassigned (Cn) character stays in its word, which then has no WordPiece: [UNK]."""
+    tokenizer = wordpiece(True)
+    assert tokenizer.tokenize("ah \u200b\x7f zz") == ["ah", "zz"]  # Cf, Cc: dropped
+    assert tokenizer.tokenize("ah \ue000 zz") == ["ah", "[UNK]", "zz"]  # Co
+    assert tokenizer.tokenize("ah \u0378 zz") == ["ah", "[UNK]", "zz"]  # Cn
+    assert basic_tokenize("zz\ue000zz", False) == ["zz\ue000zz"]
+
+
 def test_wordpiece_accents_kept_without_lower_casing(wordpiece):
     assert wordpiece(False).tokenize("hällo") == ["häl", "##lo"]
     assert wordpiece(True).tokenize("HÄLLO") == ["[UNK]"]  # "hallo" is not in the vocab.
