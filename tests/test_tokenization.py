@@ -266,6 +266,24 @@ def test_wordpiece_vocab_without_unk_fails_loudly(tmp_path):
         tokenizer.convert_tokens_to_ids(["hello", "world"])
 
 
+def test_wordpiece_vocab_ids_follow_the_original_load_vocab(tmp_path):
+    """The original reads lines split at "\\n" only, keeps each line's first field (a blank
+    line is " "), and numbers distinct tokens in order: a repeated token takes no id."""
+    path = tmp_path / "vocab.txt"
+    lines = ["[UNK]", "hello", "hello", "", "", "page\u2028break", "world\x0c", "\t", "!"]
+    path.write_text("\r\n".join(lines) + "\r\n", encoding="utf-8")
+    tokenizer = FullTokenizer(vocab_file=str(path))
+    assert tokenizer.vocab == {
+        "[UNK]": 0,
+        "hello": 1,
+        " ": 2,
+        "page": 3,
+        "world": 4,
+        "!": 5,
+    }
+    assert tokenizer.convert_tokens_to_ids(tokenizer.tokenize("Hello world!")) == [1, 4, 5]
+
+
 def test_wordpiece_long_word_is_unknown(wordpiece):
     assert wordpiece(True).tokenize("zz" * 101) == ["[UNK]"]  # Longer than 200 characters.
     assert wordpiece(True).tokenize("ah" + "zz" * 99) == ["ah"] + ["##zz"] * 99
