@@ -285,9 +285,12 @@ class FullTokenizer:
         self.inv_vocab = {i: token for token, i in self.vocab.items()}
 
     def tokenize(self, text) -> list:
-        """Normalises `text` (str, or UTF-8 bytes) and splits it into pieces."""
+        """Normalises `text` (str, or UTF-8 bytes) and splits it into pieces.
+
+        Bytes that are not UTF-8 are dropped, as the original's `convert_to_unicode` does.
+        """
         if isinstance(text, bytes):
-            text = text.decode("utf-8")
+            text = text.decode("utf-8", "ignore")
         if self.sp_model is not None:
             return encode_pieces(self.sp_model, preprocess_text(text, lower=self.do_lower_case))
         return [

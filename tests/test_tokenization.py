@@ -266,6 +266,12 @@ def test_wordpiece_vocab_without_unk_fails_loudly(tmp_path):
         tokenizer.convert_tokens_to_ids(["hello", "world"])
 
 
+def test_bytes_with_invalid_utf8_are_decoded_as_the_original(wordpiece, tokenizers):
+    """The original's convert_to_unicode drops bytes that are not UTF-8 instead of failing."""
+    assert wordpiece(True).tokenize(b"ah \xffzz \xe5\x8d\x9a") == ["ah", "zz", "博"]
+    assert tokenizers[1].tokenize(b"a\xff b") == tokenizers[1].tokenize("a b")
+
+
 def test_wordpiece_vocab_ids_follow_the_original_load_vocab(tmp_path):
     """The original reads lines split at "\\n" only, keeps each line's first field (a blank
     line is " "), and numbers distinct tokens in order: a repeated token takes no id."""
