@@ -2,11 +2,13 @@ r"""Converts an ALBERT checkpoint between the TF1, HF transformers and Keras for
 
 The input format is detected. The config comes from `--albert_config_file`, or else from the
 checkpoint (an HF directory's `config.json`, an `albert_config.json` beside a TF1 or Keras
-checkpoint). A checkpoint without pretraining heads is written without them. A fine-tuning
-run's checkpoint (its output_dir, a `model.ckpt-<step>`, or its `model.weights.h5`) is written
-with its task head: in TF1, under the original's fine-tuned names (`output_weights` and
-`output_bias` for GLUE and RACE, `cls/squad/...`, `start_logits/...`); in Keras, as
-`model.weights.h5`. HF has no names for these heads here, so `--output_format=hf` refuses one.
+checkpoint). Pretraining heads the checkpoint lacks are not written; the ones it has are (an
+HF AlbertForMaskedLM keeps its MLM head), except in Keras, whose file holds both or none. A
+fine-tuning run's checkpoint (its output_dir, a `model.ckpt-<step>`, or its
+`model.weights.h5`) is written with its task head: in TF1, under the original's fine-tuned
+names (`output_weights` and `output_bias` for GLUE and RACE, `cls/squad/...`,
+`start_logits/...`); in Keras, as `model.weights.h5`. HF has no names for these heads here,
+so `--output_format=hf` refuses one.
 
 Usage:
     python -m albert.convert_checkpoint --input=albert_base/model.ckpt-best \
@@ -17,6 +19,7 @@ Usage:
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from absl import app, flags, logging
@@ -128,11 +131,48 @@ def convert(
             "names here; use --output_format=tf1 (the original's names) or keras."
         )
     result = load_checkpoint(model, input_path, format_name)
-    # Heads the input lacks would be written with random values: write the encoder only.
-    source = model.backbone if result.initialised else model
+    source = loaded_parts(model, result, output_format)
     written = save_checkpoint(source, output, output_format, source_step(input_path))
     logging.info("Wrote %s (%s).", written, output_format)
     return written
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedParts:
+    """A pretrainer's backbone and the pretraining heads its input held, for the TF1 and HF
+    writers (which read `.backbone`, `.masked_lm_head` and `.sentence_order_head`)."""
+
+    backbone: object
+    masked_lm_head: object = None
+    sentence_order_head: object = None
+
+
+def loaded_parts(model, result, output_format: str):
+    """What to write: `model`, or only its parts that `result` loaded.
+
+    Heads the input lacks would be written with random values, so they are left out. An
+    HF AlbertForMaskedLM file (albert-base-v2 on the hub) holds the MLM head and no SOP head:
+    TF1 and HF outputs keep its MLM head; a Keras weights file holds a whole pretrainer or a
+    backbone, so it gets the backbone (with a warning naming the head left out).
+    """
+    if not result.initialised:
+        return model
+    initialised = set(result.initialised)
+    heads = {
+        name: head
+        for name in ("masked_lm_head", "sentence_order_head")
+        if (head := getattr(model, name, None)) is not None
+        and not any(variable.path in initialised for variable in head.weights)
+    }
+    if heads and output_format == "keras":
+        logging.warning(
+            "Writing the encoder only: the Keras format holds no %s without the head the "
+            "input lacks; use --output_format=tf1 or hf to keep it.",
+            " and ".join(heads),
+        )
+    if not heads or output_format == "keras":
+        return model.backbone
+    return LoadedParts(model.backbone, **heads)
 
 
 def source_step(input_path: str) -> int:

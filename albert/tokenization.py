@@ -220,8 +220,12 @@ def load_spm_model(spm_model_file: str) -> spm.SentencePieceProcessor:
 def load_vocab(vocab_file: str) -> dict:
     """Reads a WordPiece vocab (one token a line; a SentencePiece .vocab also works).
 
+    As the original's `load_vocab`: lines end at "\\n" only, a line gives its first
+    whitespace-separated field (a blank line gives " "), and ids number the distinct tokens
+    in order, so a repeated token takes no id of its own.
+
     Returns:
-        dict token -> id, the id being the line number (0-based).
+        dict token -> id: the line number (0-based) when no token repeats.
 
     Raises:
         TokenizerError: the file is missing, not UTF-8 text, or empty.
@@ -232,11 +236,14 @@ def load_vocab(vocab_file: str) -> dict:
         raise TokenizerError(
             f"`vocab_file` {vocab_file!r} is not UTF-8 text; pass a vocab.txt with one token a line."
         ) from None
+    lines = text.split("\n")  # str.splitlines would also break at \x0c, \x1c, \u2028, ...
+    if lines[-1] == "":
+        lines.pop()  # The newline that ends the last line.
     vocab = {}
-    for index, line in enumerate(text.splitlines()):
+    for line in lines:
         # A .vocab file holds "piece<TAB>score": keep the first field.
         fields = line.split()
-        vocab[fields[0] if fields else line] = index
+        vocab.setdefault(fields[0] if fields else " ", len(vocab))
     if not vocab:
         raise TokenizerError(f"`vocab_file` {vocab_file!r} is empty.")
     return vocab
@@ -278,9 +285,12 @@ class FullTokenizer:
         self.inv_vocab = {i: token for token, i in self.vocab.items()}
 
     def tokenize(self, text) -> list:
-        """Normalises `text` (str, or UTF-8 bytes) and splits it into pieces."""
+        """Normalises `text` (str, or UTF-8 bytes) and splits it into pieces.
+
+        Bytes that are not UTF-8 are dropped, as the original's `convert_to_unicode` does.
+        """
         if isinstance(text, bytes):
-            text = text.decode("utf-8")
+            text = text.decode("utf-8", "ignore")
         if self.sp_model is not None:
             return encode_pieces(self.sp_model, preprocess_text(text, lower=self.do_lower_case))
         return [
@@ -317,14 +327,16 @@ class FullTokenizer:
 def basic_tokenize(text: str, do_lower_case: bool) -> list:
     """Splits text into words and punctuation; CJK characters become words of their own.
 
-    Control characters are dropped, whitespace splits, lower-casing also strips accents
-    (NFD, then every non-spacing mark removed), and each punctuation character is a token.
+    Control and format characters (categories Cc, Cf) are dropped, whitespace splits,
+    lower-casing also strips accents (NFD, then every non-spacing mark removed), and each
+    punctuation character is a token. Private-use and unassigned characters stay, as in the
+    original.
     """
     chars = []
     for char in text:
         if char in "\t\n\r" or unicodedata.category(char) == "Zs":
             chars.append(" ")
-        elif ord(char) in (0, 0xFFFD) or unicodedata.category(char).startswith("C"):
+        elif ord(char) in (0, 0xFFFD) or unicodedata.category(char) in ("Cc", "Cf"):
             continue
         elif _is_cjk(ord(char)):
             chars.append(f" {char} ")

@@ -240,6 +240,16 @@ def test_wordpiece_cjk_punctuation_and_control(wordpiece):
     ]
 
 
+def test_wordpiece_drops_only_format_and_control_characters(wordpiece):
+    """The original's `_clean_text` drops categories Cc and Cf only; a private-use (Co) or
+    unassigned (Cn) character stays in its word, which then has no WordPiece: [UNK]."""
+    tokenizer = wordpiece(True)
+    assert tokenizer.tokenize("ah \u200b\x7f zz") == ["ah", "zz"]  # Cf, Cc: dropped
+    assert tokenizer.tokenize("ah \ue000 zz") == ["ah", "[UNK]", "zz"]  # Co
+    assert tokenizer.tokenize("ah \u0378 zz") == ["ah", "[UNK]", "zz"]  # Cn
+    assert basic_tokenize("zz\ue000zz", False) == ["zz\ue000zz"]
+
+
 def test_wordpiece_accents_kept_without_lower_casing(wordpiece):
     assert wordpiece(False).tokenize("hällo") == ["häl", "##lo"]
     assert wordpiece(True).tokenize("HÄLLO") == ["[UNK]"]  # "hallo" is not in the vocab.
@@ -254,6 +264,30 @@ def test_wordpiece_vocab_without_unk_fails_loudly(tmp_path):
     assert tokenizer.convert_tokens_to_ids(tokenizer.tokenize("Hello")) == [1]
     with pytest.raises(TokenizerError, match="vocab.txt.*neither 'world' nor \\[UNK\\]"):
         tokenizer.convert_tokens_to_ids(["hello", "world"])
+
+
+def test_bytes_with_invalid_utf8_are_decoded_as_the_original(wordpiece, tokenizers):
+    """The original's convert_to_unicode drops bytes that are not UTF-8 instead of failing."""
+    assert wordpiece(True).tokenize(b"ah \xffzz \xe5\x8d\x9a") == ["ah", "zz", "博"]
+    assert tokenizers[1].tokenize(b"a\xff b") == tokenizers[1].tokenize("a b")
+
+
+def test_wordpiece_vocab_ids_follow_the_original_load_vocab(tmp_path):
+    """The original reads lines split at "\\n" only, keeps each line's first field (a blank
+    line is " "), and numbers distinct tokens in order: a repeated token takes no id."""
+    path = tmp_path / "vocab.txt"
+    lines = ["[UNK]", "hello", "hello", "", "", "page\u2028break", "world\x0c", "\t", "!"]
+    path.write_text("\r\n".join(lines) + "\r\n", encoding="utf-8")
+    tokenizer = FullTokenizer(vocab_file=str(path))
+    assert tokenizer.vocab == {
+        "[UNK]": 0,
+        "hello": 1,
+        " ": 2,
+        "page": 3,
+        "world": 4,
+        "!": 5,
+    }
+    assert tokenizer.convert_tokens_to_ids(tokenizer.tokenize("Hello world!")) == [1, 4, 5]
 
 
 def test_wordpiece_long_word_is_unknown(wordpiece):

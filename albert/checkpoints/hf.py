@@ -18,6 +18,8 @@ from safetensors.numpy import save_file
 
 from albert.checkpoints.table import (
     BACKBONE,
+    MASKED_LM,
+    SENTENCE_ORDER,
     CheckpointError,
     LoadResult,
     NameTable,
@@ -322,8 +324,9 @@ def save(model, directory: str) -> str:
     """Writes `model` as an HF directory that `AlbertForPreTraining.from_pretrained` reads.
 
     Args:
-        model: an AlbertPretrainer (written as AlbertForPreTraining) or an AlbertBackbone
-            (written as AlbertModel).
+        model: an AlbertPretrainer (written as AlbertForPreTraining), an AlbertBackbone
+            (written as AlbertModel), or a backbone with its MLM head alone
+            (`albert.convert_checkpoint.LoadedParts`, written as AlbertForMaskedLM).
         directory: created if needed; receives `config.json` and `model.safetensors`.
 
     Returns:
@@ -339,7 +342,6 @@ def save(model, directory: str) -> str:
             "original's names) or keras, or save its .backbone alone."
         )
     bound = bind(HF_TABLE, model, "HF")
-    has_heads = any(bound[part] for part in bound if part != BACKBONE)
     config = model_parts(model)[BACKBONE].config
     os.makedirs(directory, exist_ok=True)
     # Each file is written under a temporary name and renamed whole (as albert.fileio does,
@@ -353,7 +355,10 @@ def save(model, directory: str) -> str:
         arrays[_MAPPING_BIAS] = np.zeros(config.hidden_size, dtype="float32")
     save_file(arrays, temporary, metadata={"format": "pt"})
     os.replace(temporary, weights)
-    architecture = "AlbertForPreTraining" if has_heads else "AlbertModel"
+    if bound[SENTENCE_ORDER]:
+        architecture = "AlbertForPreTraining"
+    else:
+        architecture = "AlbertForMaskedLM" if bound[MASKED_LM] else "AlbertModel"
     config_path = os.path.join(directory, CONFIG_FILE)
     temporary = f"{config_path}.tmp-{uuid.uuid4().hex}"
     with open(temporary, "w", encoding="utf-8") as f:

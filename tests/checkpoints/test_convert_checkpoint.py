@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -17,7 +18,7 @@ from checkpoint_testing import (
     reference_tf1_shapes,
     write_tf1,
 )
-from safetensors.numpy import load_file
+from safetensors.numpy import load_file, save_file
 
 from albert.checkpoints import CheckpointError
 from albert.convert_checkpoint import FLAGS, convert, main
@@ -75,6 +76,28 @@ def test_encoder_only_input_is_written_without_heads(tmp_path):
     assert all(name.startswith("albert.") for name in names)
     with open(tmp_path / "hf" / "config.json") as f:
         assert json.load(f)["architectures"] == ["AlbertModel"]
+
+
+def test_masked_lm_only_input_keeps_its_head(tmp_path):
+    """HF AlbertForMaskedLM files (albert-base-v2 on the hub) have the MLM head and no SOP
+    head: the MLM head is written, the SOP head (never trained) is not."""
+    tensors = load_file(os.path.join(HF_FIXTURE, "model.safetensors"))
+    mlm_only = {k: v for k, v in tensors.items() if not k.startswith("sop_classifier.")}
+    source = tmp_path / "hf_mlm"
+    source.mkdir()
+    save_file(mlm_only, str(source / "model.safetensors"), metadata={"format": "pt"})
+    shutil.copy(os.path.join(HF_FIXTURE, "config.json"), source)
+    convert(str(source), str(tmp_path / "hf"), "hf")
+    written = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    assert set(written) == set(mlm_only)
+    for name, value in mlm_only.items():
+        assert np.array_equal(written[name], value), name
+    with open(tmp_path / "hf" / "config.json") as f:
+        assert json.load(f)["architectures"] == ["AlbertForMaskedLM"]
+    convert(str(source), str(tmp_path / "tf1"), "tf1")
+    tf1 = read_tf1(tmp_path / "tf1" / "model.ckpt")
+    np.testing.assert_array_equal(tf1["cls/predictions/output_bias"], mlm_only["predictions.bias"])
+    assert not any(name.startswith("cls/seq_relationship") for name in tf1)
 
 
 def test_config_file_flag_overrides_and_is_checked(tmp_path):
