@@ -150,7 +150,7 @@ def read_squad_examples(input_file: str, version_2_with_negative: bool | None = 
         ) from None
     except SquadDataError:
         raise
-    except (TypeError, ValueError, IndexError) as e:
+    except (TypeError, ValueError, IndexError, AttributeError) as e:
         raise SquadDataError(
             f"SQuAD file {input_file!r} is malformed at {where} ({e}); is it a SQuAD v1.1 or "
             "v2.0 JSON file?"

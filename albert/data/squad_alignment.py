@@ -90,17 +90,21 @@ def _lower_whole(segments):
     return result
 
 
-def token_characters(tokens) -> tuple:
+def token_characters(tokens, wordpiece: bool = False) -> tuple:
     """The characters each token stands for, joined, and the token of every character.
 
-    SentencePiece's "▁" becomes a space; WordPiece's "##" continuation mark is dropped.
+    SentencePiece's "▁" becomes a space; with `wordpiece`, the "##" continuation mark is
+    dropped (a SentencePiece piece such as "##" or "##x" is text and kept whole).
 
     Returns:
         (token_text, char_to_token): `token_text[k]` belongs to token `char_to_token[k]`.
     """
     chars, char_to_token = [], []
     for index, token in enumerate(tokens):
-        surface = token[2:] if token.startswith("##") else token.replace(SPIECE_UNDERLINE, " ")
+        if wordpiece and token.startswith("##"):
+            surface = token[2:]
+        else:
+            surface = token.replace(SPIECE_UNDERLINE, " ")
         chars.append(surface)
         char_to_token.extend([index] * len(surface))
     return "".join(chars), char_to_token
@@ -158,7 +162,7 @@ def _share_out(ranges, i1, i2, j1, j2):
         ranges[i1 + k] = (lo, min(hi, j2))
 
 
-def align_tokens(text: str, tokens, do_lower_case: bool) -> tuple:
+def align_tokens(text: str, tokens, do_lower_case: bool, wordpiece: bool = False) -> tuple:
     """The original characters each token covers.
 
     Only non-space characters are aligned: spaces are frequent on both sides and would let
@@ -168,6 +172,8 @@ def align_tokens(text: str, tokens, do_lower_case: bool) -> tuple:
         text: the original text the tokens were made from.
         tokens: the tokenizer's pieces of `text`.
         do_lower_case: the tokenizer's lower-casing.
+        wordpiece: the tokens are WordPiece's (a leading "##" marks a continuation);
+            False for SentencePiece pieces.
 
     Returns:
         (starts, ends): lists of ints, one per token; token i covers `text[starts[i]:
@@ -178,7 +184,7 @@ def align_tokens(text: str, tokens, do_lower_case: bool) -> tuple:
     kept = [i for i, char in enumerate(normalized) if char != " "]
     target = "".join(normalized[i] for i in kept)
     target_offsets = [offsets[i] for i in kept]
-    token_text, char_to_token = token_characters(tokens)
+    token_text, char_to_token = token_characters(tokens, wordpiece)
     source_tokens = [t for char, t in zip(token_text, char_to_token, strict=True) if char != " "]
     ranges = align_strings(token_text.replace(" ", ""), target)
     first = [None] * len(tokens)  # First and last target index of each token.

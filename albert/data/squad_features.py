@@ -206,13 +206,14 @@ def iter_features(examples, tokenizer, max_seq_length, doc_stride, max_query_len
     """
     cls_id, sep_id = feature_lib.special_token_ids(tokenizer)
     do_lower_case = getattr(tokenizer, "do_lower_case", True)
+    wordpiece = getattr(tokenizer, "sp_model", None) is None  # A vocab.txt tokenizer.
     check_window(max_seq_length, doc_stride, max_query_length)
     unique_id = FIRST_UNIQUE_ID
     context_cache = (None, None)  # Questions of one paragraph share its tokens.
     for example_index, example in enumerate(examples):
         if context_cache[0] != example.context_text:
             doc_tokens = tokenizer.tokenize(example.context_text)
-            starts, ends = align_tokens(example.context_text, doc_tokens, do_lower_case)
+            starts, ends = align_tokens(example.context_text, doc_tokens, do_lower_case, wordpiece)
             doc_ids = tokenizer.convert_tokens_to_ids(doc_tokens)
             context_cache = (example.context_text, (doc_tokens, doc_ids, starts, ends))
         doc_tokens, doc_ids, starts, ends = context_cache[1]

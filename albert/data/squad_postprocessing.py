@@ -167,8 +167,8 @@ def compute_predictions_v1(
 
     Returns:
         (predictions, nbest): OrderedDicts question id -> text, and question id -> list of
-        {"text", "probability", "start_logit", "end_logit"}, best first. A question with no
-        valid span gets "".
+        {"text", "probability", "start_log_prob", "end_log_prob"} (the original's names,
+        though they hold logits), best first. A question with no valid span gets "".
     """
     grouped = _features_by_example(features)
     predictions, all_nbest = collections.OrderedDict(), collections.OrderedDict()
@@ -183,7 +183,7 @@ def compute_predictions_v1(
                         candidates.append(
                             _Candidate(feature, start, end, start_logits[start], end_logits[end])
                         )
-        nbest = _nbest(example, candidates, n_best_size, ("start_logit", "end_logit"), 0.0)
+        nbest = _nbest(example, candidates, n_best_size, ("start_log_prob", "end_log_prob"), 0.0)
         predictions[example.qas_id] = nbest[0]["text"]
         all_nbest[example.qas_id] = nbest
     return predictions, all_nbest

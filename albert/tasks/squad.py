@@ -311,14 +311,24 @@ class SquadTask(engine.FineTuningTask):
 
 
 def gold_dataset(path):
-    """The `"data"` list of a SQuAD file, or None when it has no answer to score against."""
-    dataset = squad_metrics.load_json(path, "SQuAD file")["data"]
-    for article in dataset:
-        for paragraph in article["paragraphs"]:
-            for qa in paragraph["qas"]:
-                if qa.get("answers") or qa.get("is_impossible"):
-                    return dataset
-    return None
+    """The `"data"` list of a SQuAD file, or None when it has no answer to score against.
+
+    Raises:
+        SquadDataError: the file is not a SQuAD JSON file (e.g. a predictions.json).
+    """
+    content = squad_metrics.load_json(path, "SQuAD file")
+    try:
+        dataset = content["data"]
+        has_answers = any(
+            qa.get("answers") or qa.get("is_impossible")
+            for article in dataset
+            for paragraph in article["paragraphs"]
+            for qa in paragraph["qas"]
+        )
+    except (KeyError, TypeError, AttributeError):
+        squad.read_squad_examples(path)  # Raises the reader's error, naming the place.
+        raise
+    return dataset if has_answers else None
 
 
 def _hits(scores, positions, weights):

@@ -112,6 +112,20 @@ def test_digit_comma_pieces_give_back_numbers_inside_numbers():
     assert text[starts[first] : ends[last] + 1] == "1,000"
 
 
+def test_sentencepiece_pieces_that_start_with_hashes_keep_them():
+    # "##" is WordPiece's continuation mark, but to SentencePiece it is text: a piece that
+    # starts with it stands for those characters too.
+    tokenizer = FullTokenizer(spm_model_file=FIXTURE_MODEL, do_lower_case=True)
+    text = "C## and ##x"
+    tokens = tokenizer.tokenize(text)
+    assert "##" in tokens
+    starts, ends = align_tokens(text, tokens, True)
+    for answer in ("C##", "##x", "##"):
+        a = text.index(answer)
+        first, last = char_span_to_token_span(starts, ends, a, a + len(answer) - 1)
+        assert text[starts[first] : ends[last] + 1] == answer
+
+
 def test_expansions_and_decomposed_accents_are_taken_whole():
     tokens = ["▁", "f", "in", "ance", "▁", "1", "⁄", "2", "▁ca", "fe"]
     text = "ﬁnance ½ cafe\u0301"
@@ -153,6 +167,6 @@ def test_wordpiece_tokens_align_too(tmp_path):
     text = "Naïve  CAFÉ (東) Zoë"
     tokens = tokenizer.tokenize(text)
     assert tokens == ["naive", "cafe", "(", "東", ")", "[UNK]"]
-    starts, ends = align_tokens(text, tokens, True)
+    starts, ends = align_tokens(text, tokens, True, wordpiece=True)
     spans = [text[s : e + 1] for s, e in zip(starts, ends, strict=True)]
     assert spans == ["Naïve", "CAFÉ", "(", "東", ")", "Zoë"]

@@ -66,7 +66,9 @@ def test_v1_ranks_valid_spans_across_windows():
     scores = np.array([10.0, 7, 6, 5, 4, 3, 2, 1])
     expected = np.exp(scores) / np.exp(scores).sum()
     assert np.max(np.abs([e["probability"] for e in nbest["q"]] - expected)) < 1e-9
-    assert (nbest["q"][0]["start_logit"], nbest["q"][0]["end_logit"]) == (4.0, 6.0)
+    # The original's v1 nbest_predictions.json names the logits start/end_log_prob.
+    assert set(nbest["q"][0]) == {"text", "probability", "start_log_prob", "end_log_prob"}
+    assert (nbest["q"][0]["start_log_prob"], nbest["q"][0]["end_log_prob"]) == (4.0, 6.0)
 
 
 def test_v1_limits():

@@ -79,6 +79,27 @@ def test_run_squad_checks_the_files_up_front(tmp_path):
         squad_task.check_squad_flags(flag_values)
 
 
+@pytest.mark.parametrize(
+    "content",
+    [
+        {"q1": "Paris"},
+        {"data": [{"title": "no paragraphs"}]},
+        [1, 2],
+        {"data": [{"paragraphs": [{"context": "Paris.", "qas": ["Where?"]}]}]},
+    ],
+    ids=["predictions_json", "no_paragraphs", "a_list", "question_not_a_dict"],
+)
+def test_predict_file_that_is_not_squad_is_one_clear_error(tmp_path, content):
+    # e.g. predictions.json passed as --predict_file: refused in one sentence naming the file.
+    path = tmp_path / "predictions.json"
+    path.write_text(json.dumps(content))
+    flag_values = flags.FlagValues()
+    squad_task.define_squad_flags(flag_values)
+    flag_values(["run_squad.py", "--do_predict", f"--predict_file={path}"])
+    with pytest.raises(SquadDataError, match="is it a SQuAD v1.1 or v2.0 JSON file"):
+        squad_task.squad_task_key(flag_values)
+
+
 def _race_article(folder, name, with_id=None, num_questions=2):
     folder.mkdir(parents=True, exist_ok=True)
     article = {
