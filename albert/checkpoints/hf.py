@@ -4,6 +4,8 @@ Read and written with `safetensors.numpy`, so neither torch nor TensorFlow is ne
 works under any Keras backend. torch `Linear` weights are stored [out, in], the transpose of a
 Keras `Dense` kernel; embeddings, LayerNorm and the SOP weights [2, H] are stored as ours.
 HF's `gelu` is the exact (erf) GELU, our `gelu_exact`; its `gelu_new` is our `gelu`.
+A file without the pooler (HF's AlbertForMaskedLM and AlbertForQuestionAnswering save none)
+loads with the pooler left at its initial values, as HF loads one, and a warning.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import uuid
 
 import numpy as np
+from absl import logging
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
@@ -245,8 +248,16 @@ def load(model, directory: str) -> LoadResult:
             if model_parts(model)[BACKBONE].embeddings.embedding_hidden_mapping_in is None:
                 ignored += _identity_mapping(shapes, read, weights_path)
             shapes = {name: shape for name, shape in shapes.items() if name not in ignored}
+            bound = bind(HF_TABLE, model, "HF")
+            if not any(name in shapes for name in _POOLER):
+                logging.warning(
+                    "%s holds no pooler (HF saves none for AlbertForMaskedLM and "
+                    "AlbertForQuestionAnswering): it starts from its initial values, as in HF.",
+                    weights_path,
+                )
+                bound[BACKBONE] = {k: v for k, v in bound[BACKBONE].items() if k not in _POOLER}
             assignments, ignored_heads = plan_load(
-                bind(HF_TABLE, model, "HF"),
+                bound,
                 shapes,
                 HF_TABLE.head_names() | set(_TIED),
                 weights_path,
@@ -261,6 +272,9 @@ def load(model, directory: str) -> LoadResult:
         initialised=initialised_paths(model, [b.variable for b in assignments.values()]),
         ignored=sorted(ignored + ignored_heads),
     )
+
+
+_POOLER = ("albert.pooler.weight", "albert.pooler.bias")
 
 
 def _model_names(stored_names) -> dict:

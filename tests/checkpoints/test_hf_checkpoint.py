@@ -96,6 +96,31 @@ def test_untied_decoder_is_an_error(tmp_path):
         _loaded_pretrainer(_fixture_copy(tmp_path, add_untied))
 
 
+def test_a_file_without_the_pooler_loads_the_rest(tmp_path, caplog):
+    # HF's AlbertForMaskedLM and AlbertForQuestionAnswering save no pooler.
+    def drop_pooler(tensors):
+        del tensors["albert.pooler.weight"], tensors["albert.pooler.bias"]
+
+    path = _fixture_copy(tmp_path, drop_pooler)
+    model = AlbertBackbone(read_config(path))
+    before = model.pooler.kernel.numpy()
+    result = load_checkpoint(model, path)
+    assert sorted(result.initialised) == ["pooler/bias", "pooler/kernel"]
+    np.testing.assert_array_equal(model.pooler.kernel.numpy(), before)
+    tensors = load_file(os.path.join(HF_FIXTURE, WEIGHTS))
+    np.testing.assert_array_equal(
+        model.embeddings.word_embeddings.numpy(),
+        tensors["albert.embeddings.word_embeddings.weight"],
+    )
+    assert "holds no pooler" in caplog.text
+
+    def drop_pooler_bias(tensors):  # half a pooler is still a broken file
+        del tensors["albert.pooler.bias"]
+
+    with pytest.raises(CheckpointError, match=r"missing 1: albert\.pooler\.bias"):
+        load_checkpoint(model, _fixture_copy(tmp_path / "half", drop_pooler_bias))
+
+
 def test_any_other_unmatched_name_is_an_error(tmp_path):
     def add_extra(tensors):
         tensors["albert.encoder.extra.weight"] = np.zeros(3, np.float32)
