@@ -5,7 +5,9 @@ works under any Keras backend. torch `Linear` weights are stored [out, in], the 
 Keras `Dense` kernel; embeddings, LayerNorm and the SOP weights [2, H] are stored as ours.
 HF's `gelu` is the exact (erf) GELU, our `gelu_exact`; its `gelu_new` is our `gelu`.
 A file without the pooler (HF's AlbertForMaskedLM and AlbertForQuestionAnswering save none)
-loads with the pooler left at its initial values, as HF loads one, and a warning.
+loads with the pooler left at its initial values, as HF loads one, and a warning; HF's task
+heads (`classifier`, `qa_outputs`) are left out with a warning, so a fine-tuned HF model
+initialises a run here with its encoder.
 """
 
 from __future__ import annotations
@@ -259,9 +261,16 @@ def load(model, directory: str) -> LoadResult:
             assignments, ignored_heads = plan_load(
                 bound,
                 shapes,
-                HF_TABLE.head_names() | set(_TIED),
+                HF_TABLE.head_names() | set(_TIED) | set(_TASK_HEADS),
                 weights_path,
             )
+            task_heads = [name for name in ignored_heads if name in _TASK_HEADS]
+            if task_heads:
+                logging.warning(
+                    "%s: HF's task head (%s) is not read here; the encoder is.",
+                    weights_path,
+                    ", ".join(task_heads),
+                )
             assign(assignments, read)
     except SafetensorError as e:
         raise CheckpointError(f"Cannot read {weights_path}: {e}") from None
@@ -275,6 +284,9 @@ def load(model, directory: str) -> LoadResult:
 
 
 _POOLER = ("albert.pooler.weight", "albert.pooler.bias")
+# HF's fine-tuning heads (AlbertForSequenceClassification, AlbertForQuestionAnswering, ...):
+# no model here binds their names, so they are left out, as a pretraining head is.
+_TASK_HEADS = ("classifier.weight", "classifier.bias", "qa_outputs.weight", "qa_outputs.bias")
 
 
 def _model_names(stored_names) -> dict:

@@ -121,6 +121,24 @@ def test_a_file_without_the_pooler_loads_the_rest(tmp_path, caplog):
         load_checkpoint(model, _fixture_copy(tmp_path / "half", drop_pooler_bias))
 
 
+def test_an_hf_question_answering_file_initialises_the_encoder(tmp_path, caplog):
+    # AlbertForQuestionAnswering as transformers saves it: no pooler, no pretraining heads,
+    # a qa_outputs head whose names nothing here binds.
+    def as_question_answering(tensors):
+        for name in list(tensors):
+            if not name.startswith("albert.") or name.startswith("albert.pooler."):
+                del tensors[name]
+        hidden = tensors["albert.encoder.embedding_hidden_mapping_in.bias"].shape[0]
+        tensors["qa_outputs.weight"] = np.ones([2, hidden], np.float32)
+        tensors["qa_outputs.bias"] = np.ones([2], np.float32)
+
+    path = _fixture_copy(tmp_path, as_question_answering)
+    model = AlbertBackbone(read_config(path))
+    result = load_checkpoint(model, path)
+    assert result.ignored == ["qa_outputs.bias", "qa_outputs.weight"]
+    assert "HF's task head (qa_outputs.bias, qa_outputs.weight) is not read" in caplog.text
+
+
 def test_any_other_unmatched_name_is_an_error(tmp_path):
     def add_extra(tensors):
         tensors["albert.encoder.extra.weight"] = np.zeros(3, np.float32)
