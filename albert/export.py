@@ -8,7 +8,9 @@ sentences of a GLUE-style task and returns what the model predicts:
     outputs  probabilities  float32 [batch, num_labels]   and  label  tf.string [batch]
              or, for regression (STS-B):  score  float32 [batch]
              and, when exported with a threshold (run_classifier --threshold_to_export),
-             threshold  float32 []  (served with every prediction, as the original does)
+             threshold  float32 [batch]  (the same value in every row, served with every
+             prediction as the original does; one per row, because TF Serving's REST row
+             format, `{"instances": [...]}`, needs every output to share the batch dimension)
 
 Text goes through `albert.text_ops.InGraphTokenizer` (the same ids as `FullTokenizer`), is
 packed as `[CLS] A [SEP] B [SEP]` and cut to `max_seq_length` by the original's rule. The
@@ -80,7 +82,7 @@ class _ClassifierServing(tf.Module):
                 "label": tf.gather(self.labels, tf.argmax(logits, axis=-1)),
             }
         if self._threshold is not None:
-            outputs["threshold"] = tf.constant(self._threshold, tf.float32)  # []
+            outputs["threshold"] = tf.fill(tf.shape(logits)[:1], self._threshold)  # [B]
         return outputs
 
 

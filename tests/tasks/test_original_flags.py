@@ -307,7 +307,12 @@ def test_threshold_to_export_is_served_with_the_predictions(tmp_path):
     )
     serve = tf.saved_model.load(str(tmp_path / "with")).signatures["serving_default"]
     outputs = serve(sentence_a=tf.constant(["a film", "gold"]))
-    assert float(outputs["threshold"]) == 0.625 and outputs["probabilities"].shape == (2, 2)
+    assert outputs["probabilities"].shape == (2, 2)
+    # One per row: TF Serving's REST row format needs every output to share the batch size.
+    assert outputs["threshold"].dtype == tf.float32
+    assert outputs["threshold"].numpy().tolist() == [0.625, 0.625]
+    signature = serve.structured_outputs["threshold"]
+    assert signature.shape.as_list() == [None]
     plain = tf.saved_model.load(str(tmp_path / "none")).signatures["serving_default"]
     assert "threshold" not in plain.structured_outputs
     assert np.isnan(flag_values_of("run_classifier").threshold_to_export)
