@@ -68,7 +68,7 @@ from albert.tasks import FineTuningError
 from albert.tasks.feature_files import FeatureFile, write_features_file
 from albert.tasks.weights import earlier_evaluation, load_final_weights, load_finetuning_weights
 from albert.training import checkpointing, loop, predict
-from albert.training.inputs import fit_batch_size, per_replica_batch_size
+from albert.training.inputs import fit_batch_size, per_replica_batch_size, pipeline_seed
 from albert.training.run_lock import output_dir_lock
 from albert.training.strategy import is_chief
 from albert.training.task import TrainingTask
@@ -222,6 +222,7 @@ class FineTuningTask(TrainingTask):
     def train_dataset(self, input_context, seed):
         count = self.features(TRAIN).num_examples
         dataset = self._read(TRAIN, input_context)
+        seed = pipeline_seed(seed, input_context)  # each host its own order of its share
         dataset = dataset.shuffle(min(count, SHUFFLE_BUFFER_SIZE), seed=seed).repeat()
         batch_size = input_context.get_per_replica_batch_size(self.batch_sizes[TRAIN])
         return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
