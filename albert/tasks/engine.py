@@ -68,9 +68,9 @@ from albert.tasks import FineTuningError
 from albert.tasks.feature_files import FeatureFile, write_features_file
 from albert.tasks.weights import earlier_evaluation, load_final_weights, load_finetuning_weights
 from albert.training import checkpointing, loop, predict
-from albert.training.inputs import fit_batch_size, per_replica_batch_size
+from albert.training.inputs import fit_batch_size, per_replica_batch_size, pipeline_seed
 from albert.training.run_lock import output_dir_lock
-from albert.training.strategy import is_chief
+from albert.training.strategy import is_chief, worker_barrier
 from albert.training.task import TrainingTask
 
 TRAIN, EVAL, PREDICT = "train", "eval", "predict"
@@ -222,6 +222,7 @@ class FineTuningTask(TrainingTask):
     def train_dataset(self, input_context, seed):
         count = self.features(TRAIN).num_examples
         dataset = self._read(TRAIN, input_context)
+        seed = pipeline_seed(seed, input_context)  # each host its own order of its share
         dataset = dataset.shuffle(min(count, SHUFFLE_BUFFER_SIZE), seed=seed).repeat()
         batch_size = input_context.get_per_replica_batch_size(self.batch_sizes[TRAIN])
         return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
@@ -448,7 +449,8 @@ def _evaluate_saved_checkpoints(task, model, strategy, options):
     in `output_dir` newer than the last one evaluated is evaluated, oldest first, and the best
     by the task's metric becomes `model.ckpt-best`. So a run trained with --nodo_eval (as
     run_glue.sh does) then evaluated reports and predicts with its best checkpoint, not its
-    last; checkpoints evaluated before (during training, or by an earlier run) are skipped."""
+    last; checkpoints evaluated before (during training, or by an earlier run) are skipped.
+    Returns on every worker once the chief has written those files."""
     evaluated = checkpointing.evaluated_step(options.output_dir)
     for path in checkpointing.saved_checkpoints(options.output_dir):
         step = checkpointing.checkpoint_step(path)
@@ -463,6 +465,11 @@ def _evaluate_saved_checkpoints(task, model, strategy, options):
         if is_chief(strategy):
             loop.keep_best(task, model, options.output_dir, metrics, path)
             checkpointing.record_evaluated(options.output_dir, step, path)
+    # The final weights are read from what the chief has just written (model.ckpt-best):
+    # no worker reads them before it has.
+    barrier = worker_barrier(strategy)
+    if barrier:
+        barrier()
 
 
 def _final_metrics(task, model, strategy, step, options):

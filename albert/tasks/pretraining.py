@@ -27,6 +27,7 @@ from albert.modeling import AlbertPretrainer
 from albert.modeling.losses import loss_normalizers, pretraining_loss
 from albert.training import checkpointing, loop
 from albert.training import flags as flags_lib
+from albert.training.inputs import pipeline_seed
 from albert.training.task import TrainingTask
 
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
@@ -116,6 +117,7 @@ class PretrainingTask(TrainingTask):
         )
 
     def train_dataset(self, input_context, seed):
+        seed = pipeline_seed(seed, input_context)  # each host its own order of shared files
         return self._dataset(self.input_files, self.train_batch_size, input_context, True, seed)
 
     def eval_dataset(self, input_context, num_steps):

@@ -74,6 +74,27 @@ def fit_batch_size(global_batch_size, num_replicas, flag, derive=False):
     return global_batch_size
 
 
+# Input pipeline i shuffles with seed + i * stride (a large prime keeps runs' seeds apart).
+_PIPELINE_SEED_STRIDE = 1_000_003
+
+
+def pipeline_seed(seed, input_context):
+    """The training shuffle seed of one input pipeline (host / worker).
+
+    Pipelines read interleaved shares of the same files (records i, i + n, ... of pipeline i
+    of n); with one seed they would shuffle them in the same order, and every global batch
+    would hold runs of neighbouring records. Pipeline 0 (the only one on one host) keeps
+    `seed`; each other one gets its own, so the order stays reproducible for resume.
+
+    Args:
+        seed: the run's shuffle seed, or None (unseeded).
+        input_context: the pipeline's `tf.distribute.InputContext`, or None.
+    """
+    if seed is None or input_context is None:
+        return seed
+    return seed + input_context.input_pipeline_id * _PIPELINE_SEED_STRIDE
+
+
 class DistributedInput:
     """Batches for `strategy.run`, one per replica, from a per-pipeline `dataset_fn`.
 

@@ -111,7 +111,8 @@ class TrainingTask(abc.ABC):
         Args:
             input_context: the `tf.distribute.InputContext` of the pipeline.
             seed: the shuffle seed (`--seed`, or a new one when the saved input position of
-                a resumed run is lost).
+                a resumed run is lost); give each pipeline its own order of it with
+                `albert.training.inputs.pipeline_seed`.
 
         Returns:
             An endless `tf.data.Dataset` of per-replica batches of feature dicts.

@@ -1,0 +1,94 @@
+"""--do_eval alone under MultiWorkerMirroredStrategy (two local worker processes, TF_CONFIG on
+loopback): every worker predicts with the same final weights.
+
+The chief evaluates every saved checkpoint and writes the best one as `model.ckpt-best`
+after each; the other workers then load the final weights from that file. A worker that read
+it before the chief had written it (here the chief's write is slowed down, as a large
+checkpoint copied on GCS would be) loaded the previous best: its replicas predicted with
+other weights than the chief's, and the prediction files mixed both.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import synthetic_glue as synthetic
+
+from tests.helpers import free_ports
+
+# Slow tier: a fine-tuning run, then two worker processes evaluate together (~40 s).
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Each worker: the chief takes 3 s to write model.ckpt-best, and every checkpoint evaluated
+# beats the one before (its metric is its step), so the last one is the final weights.
+_WORKER = """
+import sys, time
+from albert.training import checkpointing, loop, strategy
+
+keep_best = loop.keep_best
+
+def slow_keep_best(task, model, output_dir, metrics, path):
+    time.sleep(3)
+    step = float(checkpointing.checkpoint_step(path))
+    keep_best(task, model, output_dir, {**metrics, task.best_metric: step}, path)
+
+loop.keep_best = slow_keep_best
+sys.argv = ["run_classifier.py", *sys.argv[1:]]
+from albert.run_classifier import run
+run()
+"""
+
+
+def test_every_worker_loads_the_best_checkpoint_the_chief_wrote(tmp_path):
+    data_dir = synthetic.write_sst2(tmp_path / "glue", num_train=64, num_dev=20, num_test=4)
+    config = synthetic.write_config(tmp_path / "config.json")
+    output_dir = tmp_path / "out"
+    run_flags = [
+        *synthetic.tiny_run_flags(data_dir, output_dir, config, "sst-2"),
+        f"--spm_model_file={synthetic.SPM_MODEL}",
+    ]
+    # Checkpoints 2 and 4, none evaluated.
+    synthetic.run_classifier(
+        *run_flags, "--train_step=4", "--save_checkpoints_steps=2", "--do_train", "--nodo_eval"
+    )
+
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+    workers = []
+    for index in range(2):
+        env = dict(
+            os.environ,
+            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+            TF_CPP_MIN_LOG_LEVEL="3",
+            PYTHONPATH=str(REPO),
+        )
+        command = [
+            sys.executable,
+            "-c",
+            _WORKER,
+            *run_flags,
+            "--strategy=multi_worker",
+            "--nodo_train",
+            "--do_eval",
+        ]
+        workers.append(
+            subprocess.Popen(
+                command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            )
+        )
+    try:
+        logs = [worker.communicate(timeout=300)[1] for worker in workers]
+    finally:
+        for worker in workers:
+            worker.kill()
+    loaded = []
+    for worker, log in zip(workers, logs, strict=True):
+        assert worker.returncode == 0, log[-3000:]
+        loaded.append(re.findall(r"Final weights: (\S+) \(global step (\d+)\)", log))
+    assert loaded[0] == [(str(output_dir / "model.ckpt-best"), "4")]
+    assert loaded[1] == loaded[0]
