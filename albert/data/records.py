@@ -234,6 +234,20 @@ MAX_INTERLEAVED_FILES = 64
 MIN_SHUFFLE_BUFFER = 1024
 
 
+def _check_share(shared, pipeline_id, num_pipelines):
+    """Raises RecordError when pipeline `pipeline_id` of `num_pipelines`, holding only its
+    share (records pipeline_id, pipeline_id + n, ...) of the `shared` files, would get no
+    record: repeating an empty share in training never yields a batch (the run would hang)."""
+    for path in shared:
+        if sum(1 for _ in tf.data.TFRecordDataset(path).take(num_pipelines)) > pipeline_id:
+            return
+    raise RecordError(
+        f"Input pipeline {pipeline_id} of {num_pipelines} (one per host or worker) gets no "
+        f"record: the {len(shared)} input file(s) hold fewer records than there are "
+        "pipelines; write more data (or train on fewer hosts)."
+    )
+
+
 def pretraining_dataset(
     input_files,
     batch_size,
@@ -288,6 +302,8 @@ def pretraining_dataset(
     # every record is read equally often.
     whole = len(files) - len(files) % num_pipelines
     own, shared = files[pipeline_id:whole:num_pipelines], files[whole:]
+    if is_training and not own:
+        _check_share(shared, pipeline_id, num_pipelines)
     num_shards = tf.constant([1] * len(own) + [num_pipelines] * len(shared), tf.int64)
     dataset = tf.data.Dataset.from_tensor_slices((own + shared, num_shards))
     cycle_length = max(1, min(MAX_INTERLEAVED_FILES, len(own) + len(shared)))

@@ -260,3 +260,16 @@ def test_empty_shards_leave_no_pipeline_without_records(tmp_path):
         for context in (tf.distribute.InputContext(2, p, 2) for p in range(2))
     ]
     assert shares == [[(0, 0), (0, 2)], [(0, 1)]]
+
+
+def test_a_training_pipeline_without_records_is_one_clear_error(tmp_path):
+    # One file of one record on 2 hosts: host 1's share is empty, and repeating it hung.
+    paths = _write_labelled_files(tmp_path, 1, 1)
+    context = tf.distribute.InputContext(2, 1, 2)
+    with pytest.raises(RecordError, match="Input pipeline 1 of 2 .* gets no record"):
+        pretraining_dataset(paths, 1, 7, 2, True, input_context=context, seed=1)
+    first = tf.distribute.InputContext(2, 0, 2)  # host 0 has the record
+    assert next(iter(pretraining_dataset(paths, 1, 7, 2, True, input_context=first, seed=1)))
+    (tmp_path / "two").mkdir()
+    two = _write_labelled_files(tmp_path / "two", 1, 2)  # two records: one for each host
+    assert next(iter(pretraining_dataset(two, 1, 7, 2, True, input_context=context, seed=1)))
