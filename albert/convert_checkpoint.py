@@ -197,8 +197,10 @@ def main(argv):
             FLAGS.overwrite,
         )
     except (CheckpointError, ConfigError) as e:
+        # Exit 2 for every one-line error (a missing, corrupted or fine-tuned-for-hf input, a
+        # config that does not fit, an --output in use), as every entry point.
         print(f"convert_checkpoint: error: {e}", file=sys.stderr)
-        return 2 if isinstance(e, OutputFormatError) else 1
+        return 2
     except Exception as e:
         # A read-only or full disk under --output: one line and exit 2, as every entry point.
         message = describe_failure(e)

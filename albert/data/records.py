@@ -258,6 +258,7 @@ def pretraining_dataset(
     seed=None,
     num_cpu_threads=4,
     eval_steps=None,
+    vocab_size=None,
 ):
     """tf.data over pretraining TFRecords, as the original's input_fn but shardable.
 
@@ -283,6 +284,9 @@ def pretraining_dataset(
         num_cpu_threads: parallel readers (at most the files read at once).
         eval_steps: evaluation only: the number of steps to yield batches for (see above);
             None reads the records once, dropping a last partial batch.
+        vocab_size: the model's vocabulary size: a batch holding a token id outside
+            [0, vocab_size) fails with an InvalidArgumentError (`check_token_ids`); None
+            checks nothing.
 
     Returns:
         A `tf.data.Dataset` of dicts with the feature names above ([B, T] / [B, P] / [B, 1]).
@@ -331,8 +335,38 @@ def pretraining_dataset(
         buffer_size = max(MIN_SHUFFLE_BUFFER, 2 * batch_size * replicas_per_pipeline)
         dataset = dataset.shuffle(buffer_size=buffer_size, seed=seed)
     dataset = dataset.batch(batch_size, drop_remainder=True)
-    dataset = dataset.map(
-        lambda records: parse_examples(records, max_seq_length, max_predictions_per_seq),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
+
+    def parse(records):
+        features = parse_examples(records, max_seq_length, max_predictions_per_seq)
+        return features if vocab_size is None else check_token_ids(features, vocab_size)
+
+    # One map, as before the id check: a saved input position of an earlier run still restores.
+    dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def check_token_ids(features, vocab_size):
+    """`features` as they are, once every id of `input_ids` and `masked_lm_ids` is in
+    [0, vocab_size).
+
+    An XLA-compiled step (and a GPU's embedding lookup) reads an id beyond the table without
+    an error: data made with a larger vocabulary than the config's trained on NaN to the last
+    step. Otherwise this raises an InvalidArgumentError worded as the CPU lookup's own
+    ("indices[0] = 1441 is not in [0, 1000)"), which `albert.training.failures` describes in
+    one line.
+
+    Args:
+        features: a batch of `parse_examples`.
+        vocab_size: the model's vocabulary size.
+    """
+    ids = tf.concat(
+        [tf.reshape(features["input_ids"], [-1]), tf.reshape(features["masked_lm_ids"], [-1])], 0
+    )
+    outside = tf.boolean_mask(ids, (ids < 0) | (ids >= vocab_size))
+    first = tf.concat([outside, tf.zeros([1], ids.dtype)], 0)[0]
+    message = tf.strings.format(
+        "indices[0] = {} is not in [0, {})", (first, tf.constant(vocab_size, ids.dtype))
+    )
+    check = tf.debugging.Assert(tf.size(outside) == 0, [message])
+    with tf.control_dependencies([check]):
+        return {name: tf.identity(value) for name, value in features.items()}

@@ -204,8 +204,9 @@ def main(argv=None):
                 normalize=f.normalize_text,
                 seed=f.random_seed,
             )
-        except VocabError as e:  # One line, no traceback.
-            sys.exit(f"python -m albert.data.vocab: error: {e}")
+        except VocabError as e:  # One line, no traceback; exit 2, as every entry point.
+            print(f"python -m albert.data.vocab: error: {e}", file=sys.stderr)
+            sys.exit(2)
         print(f"Wrote {path} and {f.model_prefix}.vocab")
 
     app.run(run, argv=argv)

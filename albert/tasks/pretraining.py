@@ -114,6 +114,7 @@ class PretrainingTask(TrainingTask):
             input_context=input_context,
             seed=seed,
             eval_steps=eval_steps,
+            vocab_size=self.config.vocab_size,
         )
 
     def train_dataset(self, input_context, seed):

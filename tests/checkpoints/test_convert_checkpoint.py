@@ -152,7 +152,7 @@ def test_cli_errors_are_one_line_without_traceback(tmp_path):
     result = _run_cli(
         f"--input={tmp_path / 'missing'}", f"--output={tmp_path / 'out'}", "--output_format=tf1"
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "Traceback" not in result.stderr
     message = [line for line in result.stderr.splitlines() if line.startswith("convert_checkpoint")]
     assert message == [
@@ -181,3 +181,16 @@ def test_helpfull_lists_each_flag_once(command):
     listed = re.findall(r"^\s+(?:-\S,)?--(?:\[no\])?(\w+):", result.stdout, re.MULTILINE)
     assert {"input", "output", "output_format", "albert_config_file", "overwrite"} <= set(listed)
     assert sorted(name for name in set(listed) if listed.count(name) > 1) == []
+
+
+def test_a_corrupted_or_missing_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    # As every entry point (README: corrupted checkpoints print `prog: error:`, exit 2).
+    monkeypatch.delenv("ALBERT_TRACEBACK", raising=False)
+    convert(HF_FIXTURE, str(tmp_path / "tf1"), "tf1")
+    data = tmp_path / "tf1" / "model.ckpt.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[:5000])
+    for source in (tmp_path / "tf1", tmp_path / "missing"):
+        flags = [f"--input={source}", f"--output={tmp_path / 'out'}", "--output_format=hf"]
+        assert main_with_flags(*flags) == 2
+        assert capsys.readouterr().err.startswith("convert_checkpoint: error: ")
+    assert not (tmp_path / "out").exists()

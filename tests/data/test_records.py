@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from albert.config import AlbertConfig
 from albert.data.create_pretraining_data import PretrainingDataConfig, create_pretraining_data
 from albert.data.example_proto import ExampleEncoder, encode_varint
 from albert.data.masking import InstanceBatch, MaskingVocabulary, create_masked_lm_batch
@@ -14,6 +15,8 @@ from albert.data.records import (
     pretraining_dataset,
     serialize_instance,
 )
+from albert.tasks.pretraining import PretrainingTask
+from albert.training.failures import describe_failure
 from tests.helpers import TINY_TEXT, train_tiny_spm
 
 
@@ -273,3 +276,37 @@ def test_a_training_pipeline_without_records_is_one_clear_error(tmp_path):
     (tmp_path / "two").mkdir()
     two = _write_labelled_files(tmp_path / "two", 1, 2)  # two records: one for each host
     assert next(iter(pretraining_dataset(two, 1, 7, 2, True, input_context=context, seed=1)))
+
+
+def _write_records(path, instances):
+    with tf.io.TFRecordWriter(path) as writer:
+        for input_ids, masked_lm_ids in instances:
+            writer.write(
+                serialize_instance(input_ids, [0, 0, 0], [1, 1, 1], [1], masked_lm_ids, 0, 7, 2)
+            )
+    return path
+
+
+@pytest.mark.parametrize("bad", [([2, 1441, 3], [5]), ([2, 5, 3], [1441])])
+def test_token_ids_beyond_the_vocabulary_are_one_clear_error(tmp_path, bad):
+    # An XLA-compiled step looks such ids up without an error (it trained on NaN to the end,
+    # exit 0): the pipeline checks every batch, and the CLI prints one sentence.
+    path = _write_records(str(tmp_path / "shard"), [([2, 5, 3], [5]), bad])
+    assert sum(1 for _ in pretraining_dataset(path, 1, 7, 2, False, vocab_size=1442)) == 2
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+        list(pretraining_dataset(path, 1, 7, 2, is_training=False, vocab_size=1000))
+    assert describe_failure(raised.value).startswith(
+        "A token id (1441) is outside the model's vocabulary of 1000"
+    )
+
+
+def test_the_pretraining_task_checks_ids_against_its_config(tmp_path):
+    path = _write_records(str(tmp_path / "shard"), [([2, 1441, 3], [5])])
+    config = AlbertConfig.from_json_file("albert_tiny")  # vocab_size 1000
+    task = PretrainingTask(config, path, 1, 1, 7, 2)
+    for dataset in (
+        task.train_dataset(tf.distribute.InputContext(), seed=1),
+        task.eval_dataset(tf.distribute.InputContext(), num_steps=1),
+    ):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"1441 is not in \[0, 1000\)"):
+            next(iter(dataset))
