@@ -44,9 +44,21 @@ def traceback_requested(verbosity: int | None = None) -> bool:
 
 
 def _first_line(message: str) -> str:
-    """TensorFlow's message without its `{{function_node ...}}` prefix and `[Op:...]` tail."""
+    """TensorFlow's message without its `{{function_node ...}}` prefix and `[Op:...]` tail,
+    and, for an error raised inside a `tf.function` ("Graph execution error:" and the Python
+    stack that defined the node), the op's own message after that stack."""
     message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", str(message)).strip()
-    message = re.sub(r"\s*\[Op:[^\]]*\].*$", "", message.splitlines()[0] if message else "")
+    lines = message.splitlines()
+    if lines and lines[0].startswith("Graph execution error"):
+        own = [
+            line
+            for line in lines[1:]
+            if line.strip()
+            and not line.startswith((" ", "\t"))
+            and not line.startswith("Detected at node")
+        ]
+        lines = own or lines
+    message = re.sub(r"\s*\[Op:[^\]]*\].*$", "", lines[0] if lines else "")
     return message.strip()
 
 

@@ -75,6 +75,21 @@ def test_truncated_records_read_through_tf_data(tmp_path):
     assert "function_node" not in message and "[Op:" not in message
 
 
+def test_a_corrupted_record_read_inside_a_tf_function_says_what_is_wrong():
+    # A training step's error starts with "Graph execution error:" and the Python stack that
+    # defined the node (as run_pretraining printed it); the one-liner showed only that line.
+    error = tf.errors.DataLossError(
+        None,
+        None,
+        "Graph execution error:\n\nDetected at node IteratorGetNext defined at (most recent "
+        'call last):\n  File "run_pretraining.py", line 12, in <module>\n\n  File '
+        '"albert/training/steps.py", line 9, in step\n\ncorrupted record at 5000\n\t '
+        "[[{{node IteratorGetNext}}]] [Op:__inference_step_21]",
+    )
+    message = describe_failure(error)
+    assert "is corrupted or truncated (corrupted record at 5000); rebuild it" in message
+
+
 def test_full_disk():
     error = OSError(errno.ENOSPC, "No space left on device", "/out/eval_results.txt")
     assert describe_failure(error) == (
