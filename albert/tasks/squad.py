@@ -285,8 +285,8 @@ class SquadTask(engine.FineTuningTask):
     def check_export(self):
         if self.version_2_with_negative:
             raise engine.FineTuningError(
-                "--export_dir supports the SQuAD 1.1 span head only; drop "
-                "--version_2_with_negative or --export_dir."
+                "--export_dir supports the SQuAD 1.1 span head only (albert.run_squad_v1, or "
+                "run_squad without --version_2_with_negative); drop --export_dir for SQuAD 2.0."
             )
         if not self.tokenizer.spm_model_file:
             raise engine.FineTuningError(

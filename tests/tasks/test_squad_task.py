@@ -215,6 +215,9 @@ def test_missing_predict_file_is_one_clear_error(tmp_path):
         run_squad(f"--albert_config_file={config}", f"--output_dir={tmp_path}", "--do_eval")
     with pytest.raises(engine.FineTuningError, match="v2 head|1.1 span head"):
         _task(True).export_saved_model(None, str(tmp_path / "x"))
+    # run_squad_v2 fixes the version: the way out is the v1 script or no export.
+    with pytest.raises(engine.FineTuningError, match="albert.run_squad_v1.*drop --export_dir"):
+        _task(True).check_export()
 
 
 def test_evaluating_a_file_without_answers_is_refused_before_training(tmp_path, monkeypatch):
