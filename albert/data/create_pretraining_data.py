@@ -369,14 +369,16 @@ def _bucket_parent(config, outputs):
 def _bucket_directory(config, outputs):
     """A fresh local folder for the bucket files, named after this host and process.
 
-    Folders that killed runs of this host left beside it (their process is gone) are removed.
+    Folders that killed runs of this host left beside it (their process is gone) are removed,
+    and so is one with our own pid: a killed run in a container restarted since (same host
+    name, same pid), whose bucket files would otherwise be appended to.
     """
     parent = _bucket_parent(config, outputs)
     os.makedirs(parent, exist_ok=True)
     host = socket.gethostname()
     for leftover in glob.glob(os.path.join(parent, f".albert-shuffle-{glob.escape(host)}-*")):
         pid = leftover.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _process_alive(int(pid)):
+        if pid.isdigit() and (int(pid) == os.getpid() or not _process_alive(int(pid))):
             shutil.rmtree(leftover, ignore_errors=True)
     return os.path.join(parent, f".albert-shuffle-{host}-{os.getpid()}")
 

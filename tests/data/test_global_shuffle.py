@@ -9,6 +9,8 @@ import dataclasses
 import os
 import random
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -164,6 +166,20 @@ def test_a_failed_run_leaves_existing_outputs_untouched(tmp_path, corpus_file, s
         create_pretraining_data(_config(str(bad), spm_model, output))
     assert output.read_bytes() == b"earlier output"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.tfrecord", bad.name]
+
+
+def test_a_killed_runs_bucket_folder_with_our_host_and_pid_is_not_reused(
+    tmp_path, corpus_file, spm_model
+):
+    clean = create_pretraining_data(_config(corpus_file, spm_model, tmp_path / "clean" / "d"))
+    # A run killed in its scatter, in a container restarted since: same host name, and the
+    # rerun got the same pid. Its bucket folder must not add its entries to ours.
+    leftover = tmp_path / "rerun" / f".albert-shuffle-{socket.gethostname()}-{os.getpid()}"
+    leftover.mkdir(parents=True)
+    (leftover / "bucket-000000").write_bytes(struct.pack("<QI", 0, 5) + b"stale")
+    rerun = create_pretraining_data(_config(corpus_file, spm_model, tmp_path / "rerun" / "d"))
+    assert _read(rerun.output_files) == _read(clean.output_files)
+    assert not leftover.exists()
 
 
 def test_stale_shards_are_an_error_or_deleted_on_request(tmp_path, corpus_file, spm_model):
