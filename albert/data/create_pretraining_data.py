@@ -534,7 +534,8 @@ def _create_with_beam(config, input_files, output_files, per_shard, summary):
         config, input_files, output_files, per_shard, config.beam_pipeline_options
     )
     summary.corpus.files = len(input_files)
-    summary.corpus.documents = counters.pop("documents")
+    for name in beam_pipeline.CORPUS_COUNTERS:
+        setattr(summary.corpus, name, counters.pop(name))
     for name, value in counters.items():
         setattr(summary, name, value)
     try:

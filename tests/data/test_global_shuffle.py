@@ -294,6 +294,29 @@ def test_beam_direct_runner_writes_the_same_bytes(tmp_path, corpus_file, spm_mod
 
 
 @pytest.mark.slow
+def test_beam_summary_counts_what_the_local_one_counts(tmp_path, spm_model):
+    """Invalid UTF-8, empty files and overlong lines are counted on Beam too, not reported 0."""
+    pytest.importorskip("apache_beam")
+    (tmp_path / "in").mkdir()
+    write_random_corpus(tmp_path / "in" / "a.txt", 20)
+    (tmp_path / "in" / "b.txt").write_bytes(b"Caf\xe9 au lait.\nTwo sentences here.\n")
+    (tmp_path / "in" / "c.txt").write_bytes(b"\n\n")
+    summaries = {}
+    for engine, options in (("local", None), ("beam", "runner=DirectRunner")):
+        summaries[engine] = create_pretraining_data(
+            _config(
+                f"{tmp_path}/in/*.txt",
+                spm_model,
+                tmp_path / engine / "d",
+                beam_pipeline_options=options,
+            )
+        )
+    local, beam = summaries["local"].corpus, summaries["beam"].corpus
+    assert local.invalid_utf8_lines == 1 and local.empty_files == 1
+    assert beam == local
+
+
+@pytest.mark.slow
 def test_inputs_and_outputs_on_a_remote_filesystem(tmp_path, corpus_file, spm_model):
     """ram:// stands in for gs://: every path through tf.io.gfile, for both engines."""
     pytest.importorskip("apache_beam")
