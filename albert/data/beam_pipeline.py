@@ -27,6 +27,7 @@ temp_location=gs://bucket/tmp,requirements_file=requirements.txt"
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 
@@ -38,8 +39,12 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from albert import fileio
 from albert.data import corpus, shuffle
 
+# What the readers count (albert.data.corpus.CorpusStats, less `files`), then the instances.
+CORPUS_COUNTERS = tuple(
+    field.name for field in dataclasses.fields(corpus.CorpusStats) if field.name != "files"
+)
 _COUNTERS = (
-    "documents",
+    *CORPUS_COUNTERS,
     "documents_used",
     "documents_skipped",
     "tokens",
@@ -60,7 +65,8 @@ def _read_units(path, unit_chars):
     stats = corpus.CorpusStats()
     for unit_index, documents in enumerate(corpus.read_units(path, stats, unit_chars)):
         yield path, unit_index, documents
-    beam.metrics.Metrics.counter(_NAMESPACE, "documents").inc(stats.documents)
+    for name in CORPUS_COUNTERS:
+        beam.metrics.Metrics.counter(_NAMESPACE, name).inc(getattr(stats, name))
 
 
 class _MakeInstances(beam.DoFn):

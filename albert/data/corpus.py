@@ -178,10 +178,12 @@ def read_lines(path: str, stats: CorpusStats, max_line_bytes: int = MAX_LINE_BYT
     """Yields the lines of a file as str without the line ending.
 
     Lines longer than `max_line_bytes` come in pieces (at a character boundary). Invalid UTF-8
-    becomes U+FFFD.
+    becomes U+FFFD. A UTF-8 byte-order mark at the start of the file is dropped (it would
+    otherwise hide a `<doc>` line).
     """
     carry = b""
     in_long_line = False
+    first = True
     with open_binary(path) as f:
         while True:
             data = carry + f.readline(max_line_bytes)
@@ -206,6 +208,8 @@ def read_lines(path: str, stats: CorpusStats, max_line_bytes: int = MAX_LINE_BYT
             except UnicodeDecodeError:
                 stats.invalid_utf8_lines += 1
                 text = data.decode("utf-8", errors="replace")
+            if first:
+                text, first = text.removeprefix("\ufeff"), False
             yield text.rstrip("\r")
 
 

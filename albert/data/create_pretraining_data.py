@@ -244,6 +244,13 @@ def _check_stale_shards(config, outputs):
     return stale
 
 
+def available_cores() -> int:
+    """The cores this process may run on; the machine's where the OS has no affinity (macOS)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def unit_seed(random_seed: int, path: str, unit_index: int) -> int:
     """A 128-bit seed for one unit of work, from the flag seed, its file and its position."""
     digest = hashlib.sha256(f"{random_seed}\0{path}\0{unit_index}".encode()).digest()
@@ -369,14 +376,16 @@ def _bucket_parent(config, outputs):
 def _bucket_directory(config, outputs):
     """A fresh local folder for the bucket files, named after this host and process.
 
-    Folders that killed runs of this host left beside it (their process is gone) are removed.
+    Folders that killed runs of this host left beside it (their process is gone) are removed,
+    and so is one with our own pid: a killed run in a container restarted since (same host
+    name, same pid), whose bucket files would otherwise be appended to.
     """
     parent = _bucket_parent(config, outputs)
     os.makedirs(parent, exist_ok=True)
     host = socket.gethostname()
     for leftover in glob.glob(os.path.join(parent, f".albert-shuffle-{glob.escape(host)}-*")):
         pid = leftover.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _process_alive(int(pid)):
+        if pid.isdigit() and (int(pid) == os.getpid() or not _process_alive(int(pid))):
             shutil.rmtree(leftover, ignore_errors=True)
     return os.path.join(parent, f".albert-shuffle-{host}-{os.getpid()}")
 
@@ -469,7 +478,7 @@ def create_pretraining_data(config: PretrainingDataConfig) -> Summary:
         input_bytes / 1e6,
         "on Apache Beam"
         if config.beam_pipeline_options
-        else f"with {config.num_workers or len(os.sched_getaffinity(0))} workers",
+        else f"with {config.num_workers or available_cores()} workers",
         summary.buckets,
     )
     start = time.perf_counter()
@@ -493,7 +502,7 @@ def _no_instance_error(config):
 
 def _create_locally(config, input_files, output_files, per_shard, summary, worker, start):
     """The default engine: worker processes on this machine, buckets on local disk."""
-    num_workers = config.num_workers or len(os.sched_getaffinity(0))
+    num_workers = config.num_workers or available_cores()
     tasks = _tasks(input_files, summary.corpus, config.unit_chars)
     runner = _UnitRunner(config, num_workers, worker)
     bucket_directory = None
@@ -532,7 +541,8 @@ def _create_with_beam(config, input_files, output_files, per_shard, summary):
         config, input_files, output_files, per_shard, config.beam_pipeline_options
     )
     summary.corpus.files = len(input_files)
-    summary.corpus.documents = counters.pop("documents")
+    for name in beam_pipeline.CORPUS_COUNTERS:
+        setattr(summary.corpus, name, counters.pop(name))
     for name, value in counters.items():
         setattr(summary, name, value)
     try:

@@ -62,6 +62,15 @@ def test_a_wikiextractor_file_that_starts_inside_an_article(tmp_path):
     assert documents == [["Rock is loud. It began in 1950!"], ["One sentence.", "And two."]]
 
 
+def test_a_utf8_byte_order_mark_is_not_text(tmp_path):
+    # Windows editors save UTF-8 with a byte-order mark: the <doc> line after it is markup.
+    text = '<doc id="2" url="u" title="B">\nB\n\nOne sentence. And two.\n</doc>\n'
+    with_mark, _ = _documents(tmp_path, b"\xef\xbb\xbf" + text.encode())
+    assert with_mark == [["One sentence.", "And two."]]
+    lines = list(read_lines(str(tmp_path / "input.txt"), CorpusStats()))
+    assert lines[0] == '<doc id="2" url="u" title="B">'
+
+
 def test_split_sentences():
     assert split_sentences('He said "Go." Then 3 left. e.g. this (Really?) "Yes."') == [
         'He said "Go."',

@@ -164,6 +164,16 @@ def test_wordpiece_vocab_without_a_sentencepiece_model(tmp_path, corpus_dir):
     assert summary.instances > 100 and summary.documents_used > 30
 
 
+def test_default_workers_where_os_has_no_sched_getaffinity(
+    tmp_path, corpus_dir, spm_model, monkeypatch
+):
+    # macOS has no os.sched_getaffinity: --num_workers left out counts the machine's cores.
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    config = _config(corpus_dir, spm_model, tmp_path / "out", num_workers=None)
+    assert create_pretraining_data(config).instances > 100
+
+
 def test_workers_do_not_load_tensorflow():
     # Workers import these modules; TensorFlow would cost seconds and ~500 MB each.
     code = (

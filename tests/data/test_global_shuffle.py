@@ -9,6 +9,8 @@ import dataclasses
 import os
 import random
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -166,6 +168,20 @@ def test_a_failed_run_leaves_existing_outputs_untouched(tmp_path, corpus_file, s
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.tfrecord", bad.name]
 
 
+def test_a_killed_runs_bucket_folder_with_our_host_and_pid_is_not_reused(
+    tmp_path, corpus_file, spm_model
+):
+    clean = create_pretraining_data(_config(corpus_file, spm_model, tmp_path / "clean" / "d"))
+    # A run killed in its scatter, in a container restarted since: same host name, and the
+    # rerun got the same pid. Its bucket folder must not add its entries to ours.
+    leftover = tmp_path / "rerun" / f".albert-shuffle-{socket.gethostname()}-{os.getpid()}"
+    leftover.mkdir(parents=True)
+    (leftover / "bucket-000000").write_bytes(struct.pack("<QI", 0, 5) + b"stale")
+    rerun = create_pretraining_data(_config(corpus_file, spm_model, tmp_path / "rerun" / "d"))
+    assert _read(rerun.output_files) == _read(clean.output_files)
+    assert not leftover.exists()
+
+
 def test_stale_shards_are_an_error_or_deleted_on_request(tmp_path, corpus_file, spm_model):
     config = _config(corpus_file, spm_model, tmp_path / "data", num_output_shards=3)
     create_pretraining_data(config)
@@ -275,6 +291,29 @@ def test_beam_direct_runner_writes_the_same_bytes(tmp_path, corpus_file, spm_mod
     assert _read(beam.output_files) == _read(local.output_files)
     assert beam.instances == local.instances and beam.documents_used == local.documents_used
     assert not [p for p in (tmp_path / "beam").iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.slow
+def test_beam_summary_counts_what_the_local_one_counts(tmp_path, spm_model):
+    """Invalid UTF-8, empty files and overlong lines are counted on Beam too, not reported 0."""
+    pytest.importorskip("apache_beam")
+    (tmp_path / "in").mkdir()
+    write_random_corpus(tmp_path / "in" / "a.txt", 20)
+    (tmp_path / "in" / "b.txt").write_bytes(b"Caf\xe9 au lait.\nTwo sentences here.\n")
+    (tmp_path / "in" / "c.txt").write_bytes(b"\n\n")
+    summaries = {}
+    for engine, options in (("local", None), ("beam", "runner=DirectRunner")):
+        summaries[engine] = create_pretraining_data(
+            _config(
+                f"{tmp_path}/in/*.txt",
+                spm_model,
+                tmp_path / engine / "d",
+                beam_pipeline_options=options,
+            )
+        )
+    local, beam = summaries["local"].corpus, summaries["beam"].corpus
+    assert local.invalid_utf8_lines == 1 and local.empty_files == 1
+    assert beam == local
 
 
 @pytest.mark.slow
