@@ -38,6 +38,7 @@ import numpy as np
 
 from albert.data.masking import InstanceBatch, create_masked_lm_batch
 from albert.errors import AlbertError
+from albert.tokenization import TokenizerError
 
 
 class InstanceOptionsError(AlbertError):
@@ -126,6 +127,11 @@ class PieceIds:
 
     def __init__(self, tokenizer):
         self.vocab = tokenizer.vocab
+        if getattr(tokenizer, "sp_model", None) is None and "[UNK]" not in self.vocab:
+            raise TokenizerError(
+                f"`vocab_file` {getattr(tokenizer, 'vocab_file', None)!r} has no [UNK], which "
+                "every piece outside it becomes; use a vocab.txt that holds one."
+            )
         # A piece no vocabulary holds maps to the unknown id, whichever kind of tokenizer.
         self.unknown_id = tokenizer.convert_tokens_to_ids(["\x00no such piece\x00"])[0]
 

@@ -156,3 +156,13 @@ def test_short_seq_prob_makes_shorter_instances():
         ]
         lengths[prob] = np.mean([len(a) + len(b) for a, b, _ in pairs])
     assert lengths[0.0] > 52 and lengths[1.0] < 40, lengths
+
+
+def test_a_wordpiece_vocab_without_unk_is_one_clear_error(tmp_path):
+    from albert.data.pretraining import PieceIds
+    from albert.tokenization import TokenizerError
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[CLS]\n[SEP]\n[MASK]\nthe\n")
+    with pytest.raises(TokenizerError, match="vocab.txt' has no \\[UNK\\]"):
+        PieceIds(FullTokenizer(vocab_file=str(vocab)))
