@@ -9,6 +9,7 @@ questions) instead of a random sample.
 
 import tensorflow as tf
 
+from albert.config import AlbertConfig
 from albert.data.records import serialize_instance
 from albert.tasks import engine
 from albert.tasks.pretraining import PretrainingTask
@@ -75,7 +76,8 @@ def test_pretraining_hosts_shuffle_a_shared_file_differently(tmp_path):
         for number in range(NUM_RECORDS):
             record = serialize_instance([2, 5, 3], [0, 0, 0], [1, 1, 1], [1], [number], 0, 7, 2)
             writer.write(record)
-    task = PretrainingTask(None, path, 8, 8, 7, 2)
+    config = AlbertConfig(vocab_size=NUM_RECORDS)  # the ids number the records
+    task = PretrainingTask(config, path, 8, 8, 7, 2)
     numbers = _numbers(task, "masked_lm_ids")  # the first prediction's id numbers a record
     _check_orders(numbers)
     assert _numbers(task, "masked_lm_ids") == numbers
