@@ -46,6 +46,17 @@ def write_marker_squad(path, num_questions, seed):
     return str(path)
 
 
+def write_without_answers(source, path):
+    """A copy of the SQuAD file `source` whose questions have no answers (a test file)."""
+    unlabeled = json.loads(Path(source).read_text(encoding="utf-8"))
+    for article in unlabeled["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                del qa["answers"]
+    Path(path).write_text(json.dumps(unlabeled), encoding="utf-8")
+    return path
+
+
 def run_squad(*args):
     """run_squad.py in this process (private FlagValues); returns (metrics, flag values)."""
     flag_values = flags.FlagValues()
@@ -224,12 +235,7 @@ def test_evaluating_a_file_without_answers_is_refused_before_training(tmp_path, 
     # It was refused at the first evaluation, after training to the first checkpoint.
     config = synthetic.write_config(tmp_path / "config.json")
     train_file = write_marker_squad(tmp_path / "train.json", 4, seed=0)
-    unlabeled = json.loads(Path(train_file).read_text(encoding="utf-8"))
-    for paragraph in unlabeled["data"][0]["paragraphs"]:
-        for qa in paragraph["qas"]:
-            del qa["answers"]
-    predict_file = tmp_path / "test.json"
-    predict_file.write_text(json.dumps(unlabeled), encoding="utf-8")
+    predict_file = write_without_answers(train_file, tmp_path / "test.json")
     monkeypatch.setattr(engine, "run_with_flags", lambda *args: pytest.fail("ran the task"))
     with pytest.raises(ValueError, match="test.json holds no answers to evaluate against"):
         run_squad(
@@ -275,12 +281,7 @@ def test_v2_test_file_predictions_take_the_threshold_tuned_on_dev(tmp_path):
     # threshold is the one eval_results.txt holds for those weights (it was 0 with a warning).
     config = synthetic.write_config(tmp_path / "config.json")
     dev = write_marker_squad(tmp_path / "dev.json", 12, seed=1)
-    unlabeled = json.loads(Path(dev).read_text(encoding="utf-8"))
-    for paragraph in unlabeled["data"][0]["paragraphs"]:
-        for qa in paragraph["qas"]:
-            del qa["answers"]
-    test_file = tmp_path / "test.json"
-    test_file.write_text(json.dumps(unlabeled), encoding="utf-8")
+    test_file = write_without_answers(dev, tmp_path / "test.json")
     output_dir = tmp_path / "out"
     v2 = "--version_2_with_negative"
     run_squad(
