@@ -1,6 +1,7 @@
 """The original TF1 checkpoints (google-research/albert): name table, reader and writer.
 
-Names are the original's (no `module/` prefix; TF-Hub modules add one, which is stripped).
+Names are the original's (no `module/` prefix; TF-Hub modules add one, which is stripped,
+also where a checkpoint fine-tuned on a module holds its task head outside it).
 TF1 stores kernels as Keras does, [in, out], so nothing is transposed. Checkpoints written by
 the original training code also hold optimizer slots and `global_step`; they are skipped.
 A released tarball holds `model.ckpt-best.*` and no `checkpoint` state file.
@@ -250,8 +251,13 @@ def _model_names(stored_shapes: dict) -> tuple:
         n for n in stored_shapes if n.endswith(_SLOT_SUFFIXES) or n.split("/")[-1] == GLOBAL_STEP
     )
     kept = [n for n in stored_shapes if n not in set(ignored)]
-    strip = bool(kept) and all(n.startswith(_MODULE_PREFIX) for n in kept)
-    stored_name = {(n[len(_MODULE_PREFIX) :] if strip else n): n for n in kept}
+    # A module's own variables all carry the prefix; a checkpoint fine-tuned on a module
+    # (the original's --albert_hub_module_handle) holds its task head (`output_weights`, ...)
+    # outside it. A stripped name that is also stored unprefixed keeps its prefix (unexpected).
+    stored_name = {}
+    for n in kept:
+        stripped = n[len(_MODULE_PREFIX) :] if n.startswith(_MODULE_PREFIX) else n
+        stored_name[n if stripped in stored_shapes else stripped] = n
     shapes = {name: tuple(stored_shapes[stored]) for name, stored in stored_name.items()}
     return shapes, stored_name, ignored
 
