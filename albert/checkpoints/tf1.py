@@ -282,8 +282,10 @@ def save(model, directory: str, prefix_name: str = DEFAULT_PREFIX, global_step: 
         The checkpoint prefix.
 
     Raises:
-        CheckpointError: the model's layer sharing cannot be written in TF1 names.
+        CheckpointError: the model's layer sharing cannot be written in TF1 names (nothing is
+            written then).
     """
+    config = exportable_config(model_parts(model)[BACKBONE].config)  # raises before writing
     arrays = export_arrays(bind(TF1_TABLE, model, "TF1"))
     arrays[GLOBAL_STEP] = np.asarray(global_step, dtype=np.int64)
     tf.io.gfile.makedirs(directory)
@@ -296,8 +298,7 @@ def save(model, directory: str, prefix_name: str = DEFAULT_PREFIX, global_step: 
         tensors=[arrays[name] for name in names],
     )
     _write_state_file(directory, prefix_name)
-    config = model_parts(model)[BACKBONE].config
-    exportable_config(config).to_json_file(os.path.join(directory, CONFIG_FILE))
+    config.to_json_file(os.path.join(directory, CONFIG_FILE))
     return prefix
 
 
