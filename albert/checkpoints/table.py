@@ -346,7 +346,7 @@ def _architecture(config: AlbertConfig) -> dict:
         values["hidden_act"], values["hidden_act"]
     )
     # One group per layer is the same model as no sharing at all.
-    if config.layer_sharing == "not_shared" or config.num_hidden_groups == config.num_hidden_layers:
+    if config.layer_sharing == "not_shared" or _one_group_per_layer(config):
         values["num_hidden_groups"] = config.num_hidden_layers
         if config.layer_sharing == "all_shared":
             values["layer_sharing"] = "not_shared"
@@ -354,9 +354,28 @@ def _architecture(config: AlbertConfig) -> dict:
 
 
 def exportable_config(config: AlbertConfig) -> AlbertConfig:
-    """The config to write beside a TF1/HF checkpoint: not_shared becomes G = L groups."""
+    """The config to write beside a TF1/HF checkpoint: not_shared becomes G = L groups.
+
+    Raises:
+        CheckpointError: not_shared with an L for which G = L is not one group per layer.
+    """
     if config.layer_sharing == "not_shared":
-        return config.replace(
+        grouped = config.replace(
             layer_sharing="all_shared", num_hidden_groups=config.num_hidden_layers
         )
+        if not _one_group_per_layer(grouped):
+            raise CheckpointError(
+                f"layer_sharing='not_shared' with num_hidden_layers={config.num_hidden_layers} "
+                "cannot be written as one group per layer: the original's layer l uses group "
+                f"int(l / L * G), which for G = L = {config.num_hidden_layers} gives two layers "
+                "one group (floating point); use the keras format instead."
+            )
+        return grouped
     return config
+
+
+def _one_group_per_layer(config: AlbertConfig) -> bool:
+    """Whether layer l uses group l (not so for G = L = 22, 23, 26, ...: 15 / 22 * 22 < 15)."""
+    return config.num_hidden_groups == config.num_hidden_layers and all(
+        config.group_of_layer(layer) == layer for layer in range(config.num_hidden_layers)
+    )

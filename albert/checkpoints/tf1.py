@@ -1,6 +1,7 @@
 """The original TF1 checkpoints (google-research/albert): name table, reader and writer.
 
-Names are the original's (no `module/` prefix; TF-Hub modules add one, which is stripped).
+Names are the original's (no `module/` prefix; TF-Hub modules add one, which is stripped,
+also where a checkpoint fine-tuned on a module holds its task head outside it).
 TF1 stores kernels as Keras does, [in, out], so nothing is transposed. Checkpoints written by
 the original training code also hold optimizer slots and `global_step`; they are skipped.
 A released tarball holds `model.ckpt-best.*` and no `checkpoint` state file.
@@ -250,8 +251,13 @@ def _model_names(stored_shapes: dict) -> tuple:
         n for n in stored_shapes if n.endswith(_SLOT_SUFFIXES) or n.split("/")[-1] == GLOBAL_STEP
     )
     kept = [n for n in stored_shapes if n not in set(ignored)]
-    strip = bool(kept) and all(n.startswith(_MODULE_PREFIX) for n in kept)
-    stored_name = {(n[len(_MODULE_PREFIX) :] if strip else n): n for n in kept}
+    # A module's own variables all carry the prefix; a checkpoint fine-tuned on a module
+    # (the original's --albert_hub_module_handle) holds its task head (`output_weights`, ...)
+    # outside it. A stripped name that is also stored unprefixed keeps its prefix (unexpected).
+    stored_name = {}
+    for n in kept:
+        stripped = n[len(_MODULE_PREFIX) :] if n.startswith(_MODULE_PREFIX) else n
+        stored_name[n if stripped in stored_shapes else stripped] = n
     shapes = {name: tuple(stored_shapes[stored]) for name, stored in stored_name.items()}
     return shapes, stored_name, ignored
 
@@ -276,8 +282,10 @@ def save(model, directory: str, prefix_name: str = DEFAULT_PREFIX, global_step: 
         The checkpoint prefix.
 
     Raises:
-        CheckpointError: the model's layer sharing cannot be written in TF1 names.
+        CheckpointError: the model's layer sharing cannot be written in TF1 names (nothing is
+            written then).
     """
+    config = exportable_config(model_parts(model)[BACKBONE].config)  # raises before writing
     arrays = export_arrays(bind(TF1_TABLE, model, "TF1"))
     arrays[GLOBAL_STEP] = np.asarray(global_step, dtype=np.int64)
     tf.io.gfile.makedirs(directory)
@@ -290,8 +298,7 @@ def save(model, directory: str, prefix_name: str = DEFAULT_PREFIX, global_step: 
         tensors=[arrays[name] for name in names],
     )
     _write_state_file(directory, prefix_name)
-    config = model_parts(model)[BACKBONE].config
-    exportable_config(config).to_json_file(os.path.join(directory, CONFIG_FILE))
+    config.to_json_file(os.path.join(directory, CONFIG_FILE))
     return prefix
 
 

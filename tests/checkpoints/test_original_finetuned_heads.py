@@ -188,3 +188,30 @@ def test_pretrained_checkpoint_leaves_the_head_initialised_and_heads_skip_a_back
     result = load_checkpoint(AlbertClassifier(config, num_labels=3), str(tmp_path / "squad"))
     assert sorted(result.ignored) == sorted(head_shapes("squad_v2"))
     assert len(result.initialised) == 2
+
+
+def test_checkpoint_fine_tuned_on_a_tf_hub_module_loads_with_its_head(tmp_path):
+    """The original's --albert_hub_module_handle: the module's variables (its unused MLM and
+    SOP heads too) under `module/`, the task head and `global_step` outside it, Adam slots on
+    the trained variables."""
+    from albert.checkpoints.stored_model import stored_task_head
+
+    config = tiny_config()
+    module = random_arrays(reference_tf1_shapes(config))
+    head = random_arrays(head_shapes("classifier"), seed=1)
+    stored = {"module/" + name: value for name, value in module.items()}
+    for name, value in list(stored.items()) + list(head.items()):
+        if not name.startswith("module/cls/"):  # no gradient reaches the module's heads
+            stored[name + "/adam_m"] = stored[name + "/adam_v"] = np.zeros_like(value)
+    stored.update(head, global_step=np.array(300, np.int64))
+    write_tf1(tmp_path / "model.ckpt-300", stored)
+
+    assert stored_task_head(str(tmp_path), "tf1") == ("classifier", 3)
+    model = AlbertClassifier(config, num_labels=3)
+    result = load_checkpoint(model, str(tmp_path))
+    assert result.initialised == []
+    np.testing.assert_array_equal(model.classifier.output_weights.numpy(), head["output_weights"])
+    np.testing.assert_array_equal(
+        model.backbone.embeddings.word_embeddings.numpy(),
+        module["bert/embeddings/word_embeddings"],
+    )

@@ -197,6 +197,24 @@ def test_not_shared_is_written_as_one_group_per_layer(tmp_path):
         np.testing.assert_array_equal(np.asarray(actual[key]), np.asarray(expected[key]))
 
 
+def test_not_shared_is_refused_where_g_equals_l_is_not_one_group_per_layer(tmp_path):
+    # The original's layer l uses group int(l / L * G): for G = L = 22, 15 / 22 * 22 is
+    # 14.999..., so layer 15 uses group 14 and group 15 is never read. Written as 22 groups,
+    # a not_shared model would be read back (here and by the original) as another function.
+    config = tiny_config(num_hidden_layers=22, num_hidden_groups=1, layer_sharing="not_shared")
+    assert config.replace(layer_sharing="all_shared", num_hidden_groups=22).group_of_layer(15) == 14
+    model = AlbertPretrainer(config)
+    with pytest.raises(CheckpointError, match="one group per layer"):
+        save_checkpoint(model, str(tmp_path / "out"), "tf1")
+    assert not (tmp_path / "out").exists()
+    # Nor is a G = L = 22 checkpoint taken for a not_shared model.
+    grouped = config.replace(layer_sharing="all_shared", num_hidden_groups=22)
+    write_tf1(tmp_path / "g22" / "model.ckpt", random_arrays(reference_tf1_shapes(grouped)))
+    grouped.to_json_file(str(tmp_path / "g22" / "albert_config.json"))
+    with pytest.raises(CheckpointError, match="layer_sharing='not_shared' vs 'all_shared'"):
+        load_checkpoint(model, str(tmp_path / "g22"))
+
+
 @pytest.mark.parametrize("sharing", ["shared_attention", "shared_ffn"])
 def test_partial_sharing_cannot_be_written_in_tf1_names(tmp_path, sharing):
     model = AlbertPretrainer(tiny_config(layer_sharing=sharing))
