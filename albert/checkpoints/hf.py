@@ -369,6 +369,7 @@ def save(model, directory: str) -> str:
         )
     bound = bind(HF_TABLE, model, "HF")
     config = model_parts(model)[BACKBONE].config
+    exportable_config(config)  # raises for a sharing HF names cannot hold, before writing
     os.makedirs(directory, exist_ok=True)
     # Each file is written under a temporary name and renamed whole (as albert.fileio does,
     # without importing TensorFlow). HF's loader checks the file says it holds torch tensors.
