@@ -228,6 +228,7 @@ def load(model, directory: str) -> LoadResult:
             missing, unexpected or mis-shaped tensor (nothing is assigned then).
     """
     checkpoint_config = read_config(directory)
+    check_group_mapping(checkpoint_config, os.path.join(directory, CONFIG_FILE))
     check_config(
         model_parts(model)[BACKBONE].config, checkpoint_config, os.path.join(directory, CONFIG_FILE)
     )
@@ -281,6 +282,25 @@ def load(model, directory: str) -> LoadResult:
         initialised=initialised_paths(model, [b.variable for b in assignments.values()]),
         ignored=sorted(ignored + ignored_heads),
     )
+
+
+def check_group_mapping(config: AlbertConfig, source: str) -> None:
+    """Raises CheckpointError where HF runs a layer with another group than the original.
+
+    The original's layer l uses group int(l / L * G), HF's int(l / (L / G)); in floating point
+    they differ for a few (L, G), e.g. (18, 14), (22, 22), (27, 21), so such a model computes
+    another function in HF than here.
+    """
+    layers, groups = config.num_hidden_layers, config.num_hidden_groups
+    for layer in range(layers):
+        hf_group = int(layer / (layers / groups))
+        if hf_group != config.group_of_layer(layer):
+            raise CheckpointError(
+                f"{source}: with num_hidden_layers={layers} and num_hidden_groups={groups}, HF "
+                f"runs layer {layer} with group {hf_group} and the original with group "
+                f"{config.group_of_layer(layer)}, so the model cannot be exchanged with HF; "
+                "use the tf1 or keras format."
+            )
 
 
 _POOLER = ("albert.pooler.weight", "albert.pooler.bias")
@@ -369,7 +389,8 @@ def save(model, directory: str) -> str:
         )
     bound = bind(HF_TABLE, model, "HF")
     config = model_parts(model)[BACKBONE].config
-    exportable_config(config)  # raises for a sharing HF names cannot hold, before writing
+    # Raises, before anything is written, for a sharing HF names or HF's model cannot hold.
+    check_group_mapping(exportable_config(config), directory)
     os.makedirs(directory, exist_ok=True)
     # Each file is written under a temporary name and renamed whole (as albert.fileio does,
     # without importing TensorFlow). HF's loader checks the file says it holds torch tensors.

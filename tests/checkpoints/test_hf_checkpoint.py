@@ -139,6 +139,28 @@ def test_an_hf_question_answering_file_initialises_the_encoder(tmp_path, caplog)
     assert "HF's task head (qa_outputs.bias, qa_outputs.weight) is not read" in caplog.text
 
 
+def test_group_counts_whose_layer_mapping_differs_in_hf_are_refused(tmp_path):
+    # HF: group int(l / (L / G)); the original: int(l / L * G). For L = 18, G = 14 they
+    # disagree at some layer, so the same weights would compute two functions.
+    config = tiny_config(num_hidden_layers=18, num_hidden_groups=14)
+    with pytest.raises(CheckpointError, match="HF runs layer .* cannot be exchanged with HF"):
+        save_checkpoint(AlbertBackbone(config), str(tmp_path / "out"), "hf")
+    assert not (tmp_path / "out").exists()
+
+    def as_18_14(directory):
+        path = os.path.join(directory, "config.json")
+        with open(path) as f:
+            values = json.load(f)
+        values.update(num_hidden_layers=18, num_hidden_groups=14)
+        with open(path, "w") as f:
+            json.dump(values, f)
+
+    path = _fixture_copy(tmp_path)
+    as_18_14(path)
+    with pytest.raises(CheckpointError, match="cannot be exchanged with HF"):
+        load_checkpoint(AlbertBackbone(config), path)
+
+
 def test_any_other_unmatched_name_is_an_error(tmp_path):
     def add_extra(tensors):
         tensors["albert.encoder.extra.weight"] = np.zeros(3, np.float32)
