@@ -333,11 +333,17 @@ def run_options_from_flags(flag_values, **overrides):
     """`RunOptions` from the shared flags (plus job-specific `overrides`)."""
     from albert.training.loop import RunOptions
 
-    # Fine-tuning scripts also declare --do_predict (see albert.tasks.flags).
+    # Fine-tuning scripts also declare --do_predict and --export_dir (see albert.tasks.flags).
     if "do_predict" in flag_values:
-        if not (flag_values.do_train or flag_values.do_eval or flag_values.do_predict):
+        if not (
+            flag_values.do_train
+            or flag_values.do_eval
+            or flag_values.do_predict
+            or flag_values.export_dir
+        ):
             raise FlagError(
-                "Pass --do_train, --do_eval and/or --do_predict; there is nothing to do."
+                "Pass --do_train, --do_eval, --do_predict and/or --export_dir; there is nothing "
+                "to do."
             )
     elif not (flag_values.do_train or flag_values.do_eval):
         raise FlagError("Pass --do_train and/or --do_eval; there is nothing to do.")
