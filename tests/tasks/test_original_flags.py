@@ -334,3 +334,12 @@ def test_export_dir_alone_is_something_to_do(tmp_path):
         finetuning_flags.check_finetuning_flags(
             flag_values_of("run_squad_v1", f"--output_dir={tmp_path}")
         )
+
+
+@pytest.mark.parametrize(
+    "script, steps",
+    [("run_classifier", 1000), ("run_squad_v1", 1000), ("run_squad_v2", 1000), ("run_race", 100)],
+)
+def test_checkpoint_cadence_is_the_original_scripts(script, steps):
+    # Each original script's --save_checkpoints_steps default (run_race.py's is 100).
+    assert flag_values_of(script).save_checkpoints_steps == steps
