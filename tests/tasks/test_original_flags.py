@@ -180,6 +180,10 @@ def test_epochs_and_warmup_proportion_become_steps_as_the_original():
             "squad1.1",
             lambda: 10,
         )
+    with pytest.raises(FlagError, match="--num_train_epochs must be positive and finite"):
+        hyperparameters.steps_from_epochs(
+            flag_values_of("run_squad_v1", "--num_train_epochs=inf"), "squad1.1", lambda: 10
+        )
     with pytest.raises(FlagError, match="--warmup_proportion must be in"):
         hyperparameters.steps_from_epochs(
             flag_values_of("run_squad_v1", "--warmup_proportion=1.5"), "squad1.1", lambda: 10
