@@ -13,6 +13,7 @@ defaults for that script), then builds everything through the `*_from_flags` hel
 from __future__ import annotations
 
 import logging as std_logging
+import math
 import os
 import sys
 import warnings
@@ -258,6 +259,8 @@ def check_ranges(flag_values, ranges=None):
         in_range, requirement = tests[kind]
         for name in names:
             value = getattr(flag_values, name) if name in flag_values else None
+            if value is not None and math.isinf(value):  # inf passes the tests below
+                raise FlagError(f"--{name} must be finite. Received: --{name}={value}")
             # `not in_range` also catches NaN, for which every comparison is False.
             if value is not None and not in_range(value):
                 raise FlagError(f"--{name} {requirement}. Received: --{name}={value}")
