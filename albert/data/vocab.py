@@ -107,7 +107,7 @@ def train_vocab(
         VocabError: no input file, a `model_prefix` folder that cannot be created, or
             SentencePiece refuses the corpus or vocab_size.
     """
-    if 0 < input_sentence_size <= 100:
+    if input_sentence_size < 0 or 0 < input_sentence_size <= 100:
         raise VocabError(
             "`input_sentence_size` must be 0 (use every line) or more than 100. "
             f"Received: {input_sentence_size}"

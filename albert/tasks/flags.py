@@ -2,8 +2,8 @@
 the set-up all three build from them (`setup_from_flags`).
 
 They reuse the engine's flags (`albert.training.flags`) with the original fine-tuning
-defaults (AdamW, eval and predict batches of 8, a checkpoint every 1000 steps) and add the
-original's tokenizer and prediction flags. Names the original scripts gave some of these flags
+defaults (AdamW, eval and predict batches of 8, a checkpoint every 1000 steps, every 100 in
+run_race) and add the original's tokenizer and prediction flags. Names the original scripts gave some of these flags
 are aliases (`ORIGINAL_ALIASES`): `--train_step` and `--warmup_step` of the engine's
 `--num_train_steps` and `--num_warmup_steps` in every script, and run_squad's and run_race's
 `--dropout_prob` of `--classifier_dropout_prob`, the one dropout flag of the task head.
@@ -31,12 +31,15 @@ ORIGINAL_ALIASES = {
 }
 
 
-def define_finetuning_flags(flag_values=FLAGS, aliases=("train_step", "warmup_step")):
+def define_finetuning_flags(
+    flag_values=FLAGS, aliases=("train_step", "warmup_step"), save_checkpoints_steps=1000
+):
     """Declares the flags of a fine-tuning script (see the module doc).
 
     Args:
         flag_values: the `absl.flags.FlagValues` to declare them in.
         aliases: the keys of `ORIGINAL_ALIASES` the script's original declares.
+        save_checkpoints_steps: the script's original default.
     """
     training_flags.define_run_flags(
         train_batch_size=None, eval_batch_size=8, max_seq_length=None, flag_values=flag_values
@@ -49,7 +52,7 @@ def define_finetuning_flags(flag_values=FLAGS, aliases=("train_step", "warmup_st
         flag_values=flag_values,
     )
     training_flags.define_checkpoint_flags(
-        save_checkpoints_steps=1000,
+        save_checkpoints_steps=save_checkpoints_steps,
         keep_checkpoint_max=5,
         iterations_per_loop=1000,
         flag_values=flag_values,
@@ -238,8 +241,16 @@ def check_finetuning_flags(flag_values):
     """
     training_flags.require(flag_values, "output_dir")
     apply_hub_module(flag_values)
-    if not (flag_values.do_train or flag_values.do_eval or flag_values.do_predict):
-        raise FlagError("Pass --do_train, --do_eval and/or --do_predict; there is nothing to do.")
+    # --export_dir alone exports the run's weights, as the original run_squad_v1 does.
+    if not (
+        flag_values.do_train
+        or flag_values.do_eval
+        or flag_values.do_predict
+        or flag_values.export_dir
+    ):
+        raise FlagError(
+            "Pass --do_train, --do_eval, --do_predict and/or --export_dir; there is nothing to do."
+        )
     if not (flag_values.spm_model_file or flag_values.vocab_file):
         raise FlagError("--spm_model_file (or --vocab_file for WordPiece models) is required.")
     if flag_values.do_predict and flag_values.predict_batch_size <= 0:

@@ -27,6 +27,7 @@ does for v2 models (v1 settings make them diverge).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from absl import logging
 
@@ -135,8 +136,8 @@ def steps_from_epochs(flag_values, task_key, count_train_examples):
             raise FlagError(
                 "Pass --num_train_epochs or --num_train_steps (--train_step), not both."
             )
-        if not epochs > 0:
-            raise FlagError(f"--num_train_epochs must be positive. Received: {epochs}")
+        if not 0 < epochs < math.inf:  # NaN fails too
+            raise FlagError(f"--num_train_epochs must be positive and finite. Received: {epochs}")
         batch_size = flag_values.train_batch_size or row.train_batch_size
         examples = count_train_examples()
         flag_values.num_train_steps = max(1, int(examples / batch_size * epochs))

@@ -149,7 +149,9 @@ class RaceTask(engine.FineTuningTask):
 def define_race_flags(flag_values=flags.FLAGS):
     """Every run_race.py flag: the fine-tuning flags plus the original's RACE flags."""
     finetuning_flags.define_finetuning_flags(
-        flag_values, aliases=("train_step", "warmup_step", "dropout_prob", "num_keep_checkpoint")
+        flag_values,
+        aliases=("train_step", "warmup_step", "dropout_prob", "num_keep_checkpoint"),
+        save_checkpoints_steps=100,
     )
     define = [
         (

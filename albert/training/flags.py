@@ -13,6 +13,7 @@ defaults for that script), then builds everything through the `*_from_flags` hel
 from __future__ import annotations
 
 import logging as std_logging
+import math
 import os
 import sys
 import warnings
@@ -258,6 +259,8 @@ def check_ranges(flag_values, ranges=None):
         in_range, requirement = tests[kind]
         for name in names:
             value = getattr(flag_values, name) if name in flag_values else None
+            if value is not None and math.isinf(value):  # inf passes the tests below
+                raise FlagError(f"--{name} must be finite. Received: --{name}={value}")
             # `not in_range` also catches NaN, for which every comparison is False.
             if value is not None and not in_range(value):
                 raise FlagError(f"--{name} {requirement}. Received: --{name}={value}")
@@ -333,11 +336,17 @@ def run_options_from_flags(flag_values, **overrides):
     """`RunOptions` from the shared flags (plus job-specific `overrides`)."""
     from albert.training.loop import RunOptions
 
-    # Fine-tuning scripts also declare --do_predict (see albert.tasks.flags).
+    # Fine-tuning scripts also declare --do_predict and --export_dir (see albert.tasks.flags).
     if "do_predict" in flag_values:
-        if not (flag_values.do_train or flag_values.do_eval or flag_values.do_predict):
+        if not (
+            flag_values.do_train
+            or flag_values.do_eval
+            or flag_values.do_predict
+            or flag_values.export_dir
+        ):
             raise FlagError(
-                "Pass --do_train, --do_eval and/or --do_predict; there is nothing to do."
+                "Pass --do_train, --do_eval, --do_predict and/or --export_dir; there is nothing "
+                "to do."
             )
     elif not (flag_values.do_train or flag_values.do_eval):
         raise FlagError("Pass --do_train and/or --do_eval; there is nothing to do.")

@@ -92,13 +92,24 @@ def create_strategy(name, tpu_name=None, tpu_zone=None, gcp_project=None, master
         A `tf.distribute.Strategy`.
 
     Raises:
-        StrategyError: multi_worker without TF_CONFIG, or an unknown name.
+        StrategyError: multi_worker without TF_CONFIG, no TPU to connect to, or an unknown
+            name.
     """
     if name == "tpu":
-        check_tpu_client(tpu_name or master or "")
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-            tpu=tpu_name or master or "", zone=tpu_zone, project=gcp_project
-        )
+        tpu = tpu_name or master or ""
+        check_tpu_client(tpu)
+        try:
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+                tpu=tpu, zone=tpu_zone, project=gcp_project
+            )
+        except (ValueError, OSError) as e:  # No name and none in the environment; no lookup.
+            named = f" named {tpu!r}" if tpu else ""
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise StrategyError(
+                f"No TPU to connect to{named} ({reason}); pass --tpu_name: the Cloud TPU's "
+                "name (with --tpu_zone and --gcp_project), a grpc:// address, or local on a "
+                "TPU VM."
+            ) from None
         if (tpu_name or master) != "local":
             tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)

@@ -127,6 +127,8 @@ def test_expand_input_files_and_errors(tmp_path):
         expand_input_files(" , ")
     with pytest.raises(VocabError, match="input_sentence_size.*Received: 50"):
         train_vocab(f"{tmp_path}/plain.txt", str(tmp_path / "m"), input_sentence_size=50)
+    with pytest.raises(VocabError, match="input_sentence_size.*Received: -1"):
+        train_vocab(f"{tmp_path}/plain.txt", str(tmp_path / "m"), input_sentence_size=-1)
     with pytest.raises(VocabError, match="vocab_size=100000.*too high"):
         train_vocab(f"{tmp_path}/plain.txt", str(tmp_path / "m"), vocab_size=100000)
 

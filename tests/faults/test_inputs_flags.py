@@ -26,6 +26,7 @@ def _parsed(define, *args):
             "--learning_rate=nan",
             "--learning_rate must be zero or more. Received: --learning_rate=nan",
         ),
+        ("--learning_rate=inf", "--learning_rate must be finite. Received: --learning_rate=inf"),
         ("--keep_checkpoint_max=0", "--keep_checkpoint_max must be positive"),
         ("--save_checkpoints_steps=0", "--save_checkpoints_steps must be positive"),
         ("--train_batch_size=0", "--train_batch_size must be positive"),
@@ -115,3 +116,11 @@ def test_zero_learning_rate_is_allowed_with_a_warning(caplog):
     flag_values = _parsed(classification.define_classifier_flags, "--learning_rate=0")
     training_flags.check_ranges(flag_values)
     assert "--learning_rate=0: training will not change the weights." in caplog.text
+
+
+def test_pretraining_poly_power_must_be_finite():
+    flag_values = _parsed(training_flags.define_pretraining_flags, "--poly_power=inf")
+    with pytest.raises(
+        FlagError, match="^--poly_power must be finite. Received: --poly_power=inf$"
+    ):
+        training_flags.check_ranges(flag_values)

@@ -180,6 +180,10 @@ def test_epochs_and_warmup_proportion_become_steps_as_the_original():
             "squad1.1",
             lambda: 10,
         )
+    with pytest.raises(FlagError, match="--num_train_epochs must be positive and finite"):
+        hyperparameters.steps_from_epochs(
+            flag_values_of("run_squad_v1", "--num_train_epochs=inf"), "squad1.1", lambda: 10
+        )
     with pytest.raises(FlagError, match="--warmup_proportion must be in"):
         hyperparameters.steps_from_epochs(
             flag_values_of("run_squad_v1", "--warmup_proportion=1.5"), "squad1.1", lambda: 10
@@ -316,3 +320,30 @@ def test_threshold_to_export_is_served_with_the_predictions(tmp_path):
     plain = tf.saved_model.load(str(tmp_path / "none")).signatures["serving_default"]
     assert "threshold" not in plain.structured_outputs
     assert np.isnan(flag_values_of("run_classifier").threshold_to_export)
+
+
+def test_export_dir_alone_is_something_to_do(tmp_path):
+    # The original run_squad_v1 exports with neither --do_train nor --do_predict.
+    flag_values = flag_values_of(
+        "run_squad_v1",
+        f"--output_dir={tmp_path / 'out'}",
+        f"--export_dir={tmp_path / 'export'}",
+        f"--spm_model_file={synthetic.SPM_MODEL}",
+    )
+    finetuning_flags.check_finetuning_flags(flag_values)
+    hyperparameters.fill_from_table(flag_values, "squad1.1")
+    options = training_flags.run_options_from_flags(flag_values)
+    assert not (options.do_train or options.do_eval)
+    with pytest.raises(FlagError, match="there is nothing to do"):
+        finetuning_flags.check_finetuning_flags(
+            flag_values_of("run_squad_v1", f"--output_dir={tmp_path}")
+        )
+
+
+@pytest.mark.parametrize(
+    "script, steps",
+    [("run_classifier", 1000), ("run_squad_v1", 1000), ("run_squad_v2", 1000), ("run_race", 100)],
+)
+def test_checkpoint_cadence_is_the_original_scripts(script, steps):
+    # Each original script's --save_checkpoints_steps default (run_race.py's is 100).
+    assert flag_values_of(script).save_checkpoints_steps == steps

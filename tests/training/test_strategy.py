@@ -195,3 +195,12 @@ def test_the_tpu_vm_metadata_names_the_host(monkeypatch):
     assert strategy_lib.tpu_slice_position() == (1, 2)
     with pytest.raises(strategy_lib.StrategyError, match="host 1 of a 2-host"):
         strategy_lib.create_strategy("tpu", tpu_name="my-pod")
+
+
+def test_no_tpu_to_connect_to_is_one_line_naming_the_flags(monkeypatch):
+    # --use_tpu without --tpu_name off a TPU (TensorFlow's ValueError was a traceback).
+    monkeypatch.setattr(strategy_lib, "_gce_metadata", lambda key: None)
+    for name in ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "TPU_NAME", "TPU_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(strategy_lib.StrategyError, match="^No TPU to connect to.*--tpu_name"):
+        strategy_lib.create_strategy("tpu")
