@@ -241,16 +241,7 @@ def check_finetuning_flags(flag_values):
     """
     training_flags.require(flag_values, "output_dir")
     apply_hub_module(flag_values)
-    # --export_dir alone exports the run's weights, as the original run_squad_v1 does.
-    if not (
-        flag_values.do_train
-        or flag_values.do_eval
-        or flag_values.do_predict
-        or flag_values.export_dir
-    ):
-        raise FlagError(
-            "Pass --do_train, --do_eval, --do_predict and/or --export_dir; there is nothing to do."
-        )
+    training_flags.require_something_to_do(flag_values)
     if not (flag_values.spm_model_file or flag_values.vocab_file):
         raise FlagError("--spm_model_file (or --vocab_file for WordPiece models) is required.")
     if flag_values.do_predict and flag_values.predict_batch_size <= 0:

@@ -332,24 +332,22 @@ def optimizer_fn_from_flags(flag_values):
     return optimizer_fn
 
 
+def require_something_to_do(flag_values):
+    """Raises FlagError unless a `--do_*` flag (or, fine-tuning, `--export_dir`) is set."""
+    # Fine-tuning scripts also declare --do_predict and --export_dir (see albert.tasks.flags);
+    # --export_dir alone exports the run's weights, as the original run_squad_v1 does.
+    names = ["do_train", "do_eval", "do_predict", "export_dir"]
+    names = [name for name in names if name in flag_values]
+    if not any(getattr(flag_values, name) for name in names):
+        listed = ", ".join(f"--{name}" for name in names[:-1])
+        raise FlagError(f"Pass {listed} and/or --{names[-1]}; there is nothing to do.")
+
+
 def run_options_from_flags(flag_values, **overrides):
     """`RunOptions` from the shared flags (plus job-specific `overrides`)."""
     from albert.training.loop import RunOptions
 
-    # Fine-tuning scripts also declare --do_predict and --export_dir (see albert.tasks.flags).
-    if "do_predict" in flag_values:
-        if not (
-            flag_values.do_train
-            or flag_values.do_eval
-            or flag_values.do_predict
-            or flag_values.export_dir
-        ):
-            raise FlagError(
-                "Pass --do_train, --do_eval, --do_predict and/or --export_dir; there is nothing "
-                "to do."
-            )
-    elif not (flag_values.do_train or flag_values.do_eval):
-        raise FlagError("Pass --do_train and/or --do_eval; there is nothing to do.")
+    require_something_to_do(flag_values)
     check_ranges(flag_values)
     values = dict(
         output_dir=flag_values.output_dir,
