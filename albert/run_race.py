@@ -13,8 +13,8 @@ warmup, max_seq_length (512) and model dropout come from the paper's table. Exam
 
 --data_dir holds RACE/{train,dev,test}/{middle,high}/*.txt as released. It writes
 eval_results.txt (dev accuracy overall, middle and high), predictions.json (test id ->
-"A".."D") and test_results.txt (test accuracies). The same command runs as `albert-race`
-(console script) and, from a clone, `python run_race.py`.
+"A".."D") and predict_results.txt (test accuracies, the original's file name). The same
+command runs as `albert-race` (console script) and, from a clone, `python run_race.py`.
 """
 
 import os

@@ -115,7 +115,7 @@ def test_race_on_ram_end_to_end(ram_inputs):
         "model.ckpt-best.index",
         "eval_results.txt",
         "predictions.json",
-        "test_results.txt",
+        "predict_results.txt",
     ):
         assert tf.io.gfile.exists(f"{output_dir}/{name}"), name
     written = tf.io.gfile.glob(f"{output_dir}/features/*.tfrecord")

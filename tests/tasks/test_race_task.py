@@ -94,7 +94,9 @@ def test_synthetic_race_is_learned(tmp_path):
     test = race_data.read_race_examples(data_dir, "test")
     assert list(predictions) == [e.example_id for e in test]
     assert set(predictions.values()) <= set("ABCD")
-    test_results = read_key_values(output_dir / "test_results.txt")
+    test_results = read_key_values(output_dir / "predict_results.txt")  # the original's name
+    assert results["eval_accuracy"] == results["accuracy"]  # and its key, in both files
+    assert test_results["eval_accuracy"] == test_results["accuracy"]
     correct = sum(predictions[e.example_id] == "ABCD"[e.label] for e in test)
     assert float(test_results["accuracy"]) == pytest.approx(correct / len(test))
 
