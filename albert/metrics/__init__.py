@@ -18,6 +18,20 @@ from albert import fileio
 EVAL_RESULTS_FILE = "eval_results.txt"
 # The original ends each evaluated checkpoint's block in eval_results.txt with this line.
 BLOCK_SEPARATOR = "=" * 50
+# The original fine-tuning scripts' eval_results.txt names (their metric_fn keys) for ours.
+ORIGINAL_NAMES = {
+    "accuracy": "eval_accuracy",
+    "loss": "eval_loss",
+    "matthews_corr": "matthew_corr",
+    "mse": "MSE",
+}
+
+
+def with_original_names(metrics):
+    """`metrics`, plus the same values under the original's names where it has one, so that
+    scripts reading the original's `eval_results.txt` read ours."""
+    original = {ORIGINAL_NAMES[k]: v for k, v in metrics.items() if k in ORIGINAL_NAMES}
+    return {**metrics, **original}
 
 
 def format_eval_results(results):

@@ -31,13 +31,6 @@ from albert.tasks import flags as finetuning_flags
 from albert.training import flags as training_flags
 
 SPLITS = {engine.TRAIN: "train", engine.EVAL: "dev", engine.PREDICT: "test"}
-# eval_results.txt names of the original run_classifier.py (its metric_fn keys) for ours.
-ORIGINAL_NAMES = {
-    "accuracy": "eval_accuracy",
-    "loss": "eval_loss",
-    "matthews_corr": "matthew_corr",
-    "mse": "MSE",
-}
 
 
 class GlueTask(engine.FineTuningTask):
@@ -139,12 +132,6 @@ class GlueTask(engine.FineTuningTask):
         metrics = glue_metrics.compute_metrics(self.glue.name, logits, labels)
         metrics["loss"] = mean_loss(logits, labels, self.glue.is_regression)
         return metrics
-
-    def eval_results_entries(self, metrics):
-        """Ours, and the same values under the original's names (its `metric_fn` keys), so
-        that scripts reading the original's `eval_results.txt` read ours."""
-        original = {ORIGINAL_NAMES[k]: v for k, v in metrics.items() if k in ORIGINAL_NAMES}
-        return {**metrics, **original}
 
     def write_predictions(self, predictions, output_dir):
         logits = predictions["logits"]  # [N, C]

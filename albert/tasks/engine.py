@@ -63,7 +63,7 @@ from absl import logging
 
 from albert.checkpoints import training_format
 from albert.data import features as feature_lib
-from albert.metrics import write_eval_results
+from albert.metrics import with_original_names, write_eval_results
 from albert.tasks import FineTuningError
 from albert.tasks.feature_files import FeatureFile, write_features_file
 from albert.tasks.weights import earlier_evaluation, load_final_weights, load_finetuning_weights
@@ -158,6 +158,11 @@ class FineTuningTask(TrainingTask):
     @abc.abstractmethod
     def write_predictions(self, predictions, output_dir):
         """Writes the prediction files of PREDICT predictions; returns their paths."""
+
+    def eval_results_entries(self, metrics):
+        """Ours, and the original fine-tuning scripts' names of the same values
+        (`eval_accuracy`, `eval_loss`, `matthew_corr`, `MSE`)."""
+        return with_original_names(metrics)
 
     def check_export(self):
         """Raises FineTuningError when `export_saved_model` cannot write this task's

@@ -143,12 +143,6 @@ class RaceTask(engine.FineTuningTask):
         fileio.write_text(results_path, format_eval_results(self.eval_results_entries(results)))
         return [path, results_path]
 
-    def eval_results_entries(self, metrics):
-        """Ours, and `accuracy` under the original's name too (`eval_accuracy`)."""
-        if "accuracy" not in metrics:
-            return metrics
-        return {**metrics, "eval_accuracy": metrics["accuracy"]}
-
 
 # --- run_race.py -------------------------------------------------------------------------
 
