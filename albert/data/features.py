@@ -59,7 +59,7 @@ def truncate_pair(ids_a, ids_b, max_length):
     return ids_a, ids_b
 
 
-def pack_segments(ids_a, ids_b, max_seq_length, cls_id, sep_id):
+def pack_segments(ids_a, ids_b, max_seq_length, cls_id, sep_id, pair=None):
     """One or two segments -> `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, 0-padded.
 
     Segment ids are 0 for `[CLS]`, A and its `[SEP]`, 1 for B and the final `[SEP]`. A single
@@ -71,6 +71,8 @@ def pack_segments(ids_a, ids_b, max_seq_length, cls_id, sep_id):
         ids_b: token ids of the second segment, or None (or empty) for a single segment.
         max_seq_length: T, the padded length.
         cls_id, sep_id: ids of `[CLS]` and `[SEP]`.
+        pair: True packs two segments even when `ids_b` is empty (`[CLS] A [SEP] [SEP]`, as
+            the original's RACE always does); None decides by `ids_b`, as its GLUE code.
 
     Returns:
         dict with `input_ids`, `input_mask`, `segment_ids`: lists of T ints.
@@ -78,14 +80,15 @@ def pack_segments(ids_a, ids_b, max_seq_length, cls_id, sep_id):
     Raises:
         FeatureError: max_seq_length leaves no room for a token of each segment.
     """
-    num_special = 3 if ids_b else 2
+    pair = bool(ids_b) if pair is None else pair
+    num_special = 3 if pair else 2
     if max_seq_length <= num_special:
         raise FeatureError(
             f"--max_seq_length={max_seq_length} is too small: it must exceed the "
             f"{num_special} special tokens ([CLS], [SEP]) of each input."
         )
-    if ids_b:
-        ids_a, ids_b = truncate_pair(ids_a, ids_b, max_seq_length - 3)
+    if pair:
+        ids_a, ids_b = truncate_pair(ids_a, ids_b or [], max_seq_length - 3)
         input_ids = [cls_id, *ids_a, sep_id, *ids_b, sep_id]
         segment_ids = [0] * (len(ids_a) + 2) + [1] * (len(ids_b) + 1)
     else:

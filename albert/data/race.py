@@ -244,7 +244,9 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=512, max_qa
             qa_ids = tokenizer.convert_tokens_to_ids(qa_tokens[-max_qa_length:])
             context_ids = article_ids[: max_seq_length - 3 - len(qa_ids)]
             choices.append(
-                feature_lib.pack_segments(context_ids, qa_ids, max_seq_length, cls_id, sep_id)
+                feature_lib.pack_segments(
+                    context_ids, qa_ids, max_seq_length, cls_id, sep_id, pair=True
+                )
             )
         features.append(
             {

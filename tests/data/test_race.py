@@ -150,6 +150,18 @@ def test_features_layout_and_truncation(tokenizer):
         convert_examples_to_features([example], tokenizer, t, 40)
 
 
+def test_an_empty_question_and_option_still_ends_with_two_separators(tokenizer):
+    """The original always packs `[CLS] article [SEP] qa [SEP]`, even when qa has no token."""
+    example = RaceExample("x-0", "The sea.", "", ["", "a", "b", "c"], 0, "high")
+    (feature,) = convert_examples_to_features([example], tokenizer, 16, 4)
+    cls_id, sep_id = tokenizer.convert_tokens_to_ids(["[CLS]", "[SEP]"])
+    article = tokenizer.convert_tokens_to_ids(tokenizer.tokenize("The sea."))
+    first_ids = feature["input_ids"][:16]
+    assert first_ids[: len(article) + 3] == [cls_id, *article, sep_id, sep_id]
+    first_segments = feature["segment_ids"][:16]
+    assert first_segments[: len(article) + 3] == [0] * (len(article) + 2) + [1]
+
+
 def test_load_features_dataset_and_cache(tmp_path, tokenizer, monkeypatch):
     data_dir = make_race(tmp_path)
     first = load_features(data_dir, "dev", tokenizer, 29, 8, cache_dir=str(tmp_path / "cache"))
