@@ -54,7 +54,9 @@ _WIDE_BOMS = {
 }
 
 _DOC_START = re.compile(r"^<doc\b[^>]*>$")
-_DOC_TITLE = re.compile(r'\btitle="([^"]*)"')
+# The title is the tag's last attribute, and WikiExtractor does not escape a `"` within it
+# (`title=""Weird Al" Yankovic"`): everything up to the last quote before `>` is the title.
+_DOC_TITLE = re.compile(r'\btitle="(.*)"\s*>$')
 _DOC_END = "</doc>"
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
 

@@ -51,6 +51,12 @@ def test_wikiextractor_blocks_are_documents_without_the_title_line(tmp_path):
     assert stats.documents == 2
 
 
+def test_a_title_with_unescaped_quotes_is_still_dropped(tmp_path):
+    text = '<doc id="1" url="u" title=""Weird Al" Yankovic">\n"Weird Al" Yankovic\n\nHe sings.\n</doc>\n'
+    documents, _ = _documents(tmp_path, text.encode())
+    assert documents == [["He sings."]]
+
+
 def test_a_wikiextractor_file_that_starts_inside_an_article(tmp_path):
     # WikiExtractor output cut with `split -l` into shards: the second shard starts in the
     # middle of an article. Its closing tag is markup, never a sentence.
