@@ -316,7 +316,9 @@ def _train(state):
 def _train_metrics(state, sums, num_steps, seconds):
     metrics = state.task.metric_results(sums)
     metrics["loss"] = sums["loss"] / num_steps
-    metrics["gradient_norm"] = sums["gradient_norm"] / num_steps
+    # Over the steps applied: none when the loss scaler skipped every step of the call.
+    if sums["applied_steps"]:
+        metrics["gradient_norm"] = sums["gradient_norm"] / sums["applied_steps"]
     # The rate used by the last step of this call (the schedule reads the step before it).
     metrics["learning_rate"] = float(state.schedule(state.step - 1))
     metrics["examples_per_second"] = sums["examples"] / seconds
