@@ -71,6 +71,7 @@ from albert.training import checkpointing, loop, predict
 from albert.training.inputs import fit_batch_size, per_replica_batch_size, pipeline_seed
 from albert.training.run_lock import output_dir_lock
 from albert.training.strategy import is_chief, worker_barrier
+from albert.training.summaries import ScalarWriter
 from albert.training.task import TrainingTask
 
 TRAIN, EVAL, PREDICT = "train", "eval", "predict"
@@ -457,6 +458,8 @@ def _evaluate_saved_checkpoints(task, model, strategy, options):
     last; checkpoints evaluated before (during training, or by an earlier run) are skipped.
     Returns on every worker once the chief has written those files."""
     evaluated = checkpointing.evaluated_step(options.output_dir)
+    # TensorBoard's eval/ curve, as a training run with --do_eval writes it.
+    writer = ScalarWriter(os.path.join(options.output_dir, "eval"), enabled=is_chief(strategy))
     for path in checkpointing.saved_checkpoints(options.output_dir):
         step = checkpointing.checkpoint_step(path)
         if evaluated is not None and step <= evaluated:
@@ -467,9 +470,11 @@ def _evaluate_saved_checkpoints(task, model, strategy, options):
         logging.info(
             "eval of %s: %s", path, " | ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()))
         )
+        writer.write(metrics, step)
         if is_chief(strategy):
             loop.keep_best(task, model, options.output_dir, metrics, path)
             checkpointing.record_evaluated(options.output_dir, step, path)
+    writer.close()
     # The final weights are read from what the chief has just written (model.ckpt-best):
     # no worker reads them before it has.
     barrier = worker_barrier(strategy)

@@ -88,8 +88,22 @@ def test_eval_alone_picks_the_best_of_the_saved_checkpoints(tmp_path):
     assert results["global_step"] == "3"
     assert results["checkpoint"] == str(output_dir / "model.ckpt-best")
     assert read_key_values(output_dir / "best_checkpoint.txt")["global_step"] == "3"
+    # TensorBoard shows each checkpoint's eval at its step, as after --do_train --do_eval.
+    assert _eval_accuracies(output_dir) == [(3, 0.75), (6, 0.25)]
 
     # Evaluated checkpoints are not evaluated again: a rerun reads dev once, for its report.
     passes.clear()
     metrics = engine.run(_counted_task(data_dir, passes, [0.5]), strategy, options, _optimizer_fn)
     assert passes == ["eval"] and metrics["global_step"] == 3
+    assert _eval_accuracies(output_dir) == [(3, 0.75), (6, 0.25)]
+
+
+def _eval_accuracies(output_dir):
+    """[(step, accuracy)] of the eval/ event files, in the order written."""
+    written = []
+    for path in sorted((output_dir / "eval").glob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                if value.tag == "accuracy":
+                    written.append((event.step, float(tf.make_ndarray(value.tensor))))
+    return written
