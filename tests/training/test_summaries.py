@@ -35,8 +35,9 @@ class _ScaledInputTask(TrainingTask):
 
     def create_model(self):
         inputs = keras.Input((2,))
-        outputs = keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")(inputs)
-        return keras.Model(inputs, outputs)
+        # Named: a resumed run in the same process finds the same variable paths.
+        dense = keras.layers.Dense(1, use_bias=False, kernel_initializer="ones", name="dense")
+        return keras.Model(inputs, dense(inputs), name="model")
 
     def train_dataset(self, input_context, seed):
         return tf.data.Dataset.from_tensor_slices(self.inputs).batch(1).repeat()
@@ -84,3 +85,14 @@ def test_gradient_norm_leaves_out_the_steps_the_loss_scaler_skipped(tmp_path, fl
     # Steps 1-3: two applied, one skipped; steps 4-5: both skipped, so no norm to show.
     assert scalars["gradient_norm"] == pytest.approx({3: math.sqrt(2.0)})
     assert sorted(scalars["loss"]) == [3, 5]
+
+
+def test_rates_leave_out_the_first_host_call_of_a_process(tmp_path):
+    # It also traces and compiles the step: its examples/s was a fraction of the others'.
+    task = _ScaledInputTask([[1.0, 1.0]])
+    scalars = _train(task, tmp_path / "run", 3, 1)
+    assert sorted(scalars["loss"]) == [1, 2, 3]
+    assert sorted(scalars["examples_per_second"]) == [2, 3]
+    # Resumed: the new process's first call is left out too.
+    scalars = _train(task, tmp_path / "run", 5, 1)
+    assert sorted(scalars["examples_per_second"]) == [2, 3, 5]
