@@ -76,6 +76,7 @@ def float16_policy():
     keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.mark.slow  # traces the float16 step (~2 s)
 def test_gradient_norm_leaves_out_the_steps_the_loss_scaler_skipped(tmp_path, float16_policy):
     # The loss scale starts at 2**15 and halves at each skipped step. x = 1 fits float16
     # (65504) once scaled; x = 4 overflows at 2**15 and x = 64 at 2**14 and 2**13.
