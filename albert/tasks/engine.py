@@ -484,8 +484,9 @@ def _evaluate_saved_checkpoints(task, model, strategy, options):
 
 def _final_metrics(task, model, strategy, step, options):
     """The eval metrics of the final weights (global step `step`, loaded in `model`): those
-    the training loop computed for that checkpoint in this process, else a predict pass."""
+    this process computed for that checkpoint (the training loop, or the evaluation of the
+    saved checkpoints under --do_eval alone), else a predict pass."""
     if step in task.evaluations:
-        logging.info("Final eval: the weights of step %d, evaluated during training.", step)
+        logging.info("Final eval: the weights of step %d, evaluated earlier in this run.", step)
         return task.evaluations[step]
     return task.evaluate(model, strategy, options.iterations_per_loop)
