@@ -71,6 +71,7 @@ from albert.training import checkpointing, loop, predict
 from albert.training.inputs import fit_batch_size, per_replica_batch_size, pipeline_seed
 from albert.training.run_lock import output_dir_lock
 from albert.training.strategy import is_chief, worker_barrier
+from albert.training.summaries import ScalarWriter
 from albert.training.task import TrainingTask
 
 TRAIN, EVAL, PREDICT = "train", "eval", "predict"
@@ -457,6 +458,8 @@ def _evaluate_saved_checkpoints(task, model, strategy, options):
     last; checkpoints evaluated before (during training, or by an earlier run) are skipped.
     Returns on every worker once the chief has written those files."""
     evaluated = checkpointing.evaluated_step(options.output_dir)
+    # TensorBoard's eval/ curve, as a training run with --do_eval writes it.
+    writer = ScalarWriter(os.path.join(options.output_dir, "eval"), enabled=is_chief(strategy))
     for path in checkpointing.saved_checkpoints(options.output_dir):
         step = checkpointing.checkpoint_step(path)
         if evaluated is not None and step <= evaluated:
@@ -467,9 +470,11 @@ def _evaluate_saved_checkpoints(task, model, strategy, options):
         logging.info(
             "eval of %s: %s", path, " | ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()))
         )
+        writer.write(metrics, step)
         if is_chief(strategy):
             loop.keep_best(task, model, options.output_dir, metrics, path)
             checkpointing.record_evaluated(options.output_dir, step, path)
+    writer.close()
     # The final weights are read from what the chief has just written (model.ckpt-best):
     # no worker reads them before it has.
     barrier = worker_barrier(strategy)
@@ -479,8 +484,9 @@ def _evaluate_saved_checkpoints(task, model, strategy, options):
 
 def _final_metrics(task, model, strategy, step, options):
     """The eval metrics of the final weights (global step `step`, loaded in `model`): those
-    the training loop computed for that checkpoint in this process, else a predict pass."""
+    this process computed for that checkpoint (the training loop, or the evaluation of the
+    saved checkpoints under --do_eval alone), else a predict pass."""
     if step in task.evaluations:
-        logging.info("Final eval: the weights of step %d, evaluated during training.", step)
+        logging.info("Final eval: the weights of step %d, evaluated earlier in this run.", step)
         return task.evaluations[step]
     return task.evaluate(model, strategy, options.iterations_per_loop)

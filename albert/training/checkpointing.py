@@ -45,6 +45,7 @@ from albert.checkpoints.training_format import (
     RNG_KEY,
     checkpoint_reader,
     rng_tree,
+    rng_variables,
     variable_tree,
 )
 
@@ -184,7 +185,8 @@ class TrainingCheckpoints:
         holds them (written by a run in another precision: see `restore_latest`)."""
         dtypes = checkpoint_reader(path).get_variable_to_dtype_map()
         with_rng = any(name.startswith(RNG_KEY + "/") for name in dtypes)
-        if not with_rng:
+        # A model without dropout (the v2 configs) has no random state to miss.
+        if not with_rng and rng_variables(self.model):
             logging.warning(
                 "%s holds no random state (an older run): dropout masks after resume differ "
                 "from an uninterrupted run's.",

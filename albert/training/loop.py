@@ -289,12 +289,16 @@ def _train(state):
     _warn_negative_rates(state.schedule, state.step, total)
     save_every = options.save_checkpoints_steps if options.save_checkpoints_steps > 0 else total
     results = _evaluate_pending(state)
+    first_call = True
     while state.step < total:
         step = state.step
         num_steps = min(options.iterations_per_loop, save_every - step % save_every, total - step)
         start = time.time()
         sums = state.trainer.train(data, num_steps)
-        seconds = time.time() - start
+        # The first call of a process also traces and compiles the step and fills the input
+        # pipeline's buffers (seconds, against milliseconds a step): no rate from it.
+        seconds = None if first_call else time.time() - start
+        first_call = False
         metrics = _train_metrics(state, sums, num_steps, seconds)
         step = state.step
         progress.log(step, metrics)
@@ -316,11 +320,14 @@ def _train(state):
 def _train_metrics(state, sums, num_steps, seconds):
     metrics = state.task.metric_results(sums)
     metrics["loss"] = sums["loss"] / num_steps
-    metrics["gradient_norm"] = sums["gradient_norm"] / num_steps
+    # Over the steps applied: none when the loss scaler skipped every step of the call.
+    if sums["applied_steps"]:
+        metrics["gradient_norm"] = sums["gradient_norm"] / sums["applied_steps"]
     # The rate used by the last step of this call (the schedule reads the step before it).
     metrics["learning_rate"] = float(state.schedule(state.step - 1))
-    metrics["examples_per_second"] = sums["examples"] / seconds
-    metrics["tokens_per_second"] = sums["examples"] * state.task.tokens_per_example / seconds
+    if seconds is not None:
+        metrics["examples_per_second"] = sums["examples"] / seconds
+        metrics["tokens_per_second"] = sums["examples"] * state.task.tokens_per_example / seconds
     return metrics
 
 

@@ -24,7 +24,7 @@ import tensorflow as tf
 from albert.replica_scope import replica_scope
 
 # Sums the loop adds to a task's own.
-_LOOP_METRICS = ("examples", "loss", "gradient_norm")
+_LOOP_METRICS = ("examples", "loss", "gradient_norm", "applied_steps")
 
 
 class MetricSums:
@@ -162,11 +162,19 @@ class Trainer:
             grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
             grad_norm = self._apply_gradients(grads)
         num_replicas = tf.cast(context.num_replicas_in_sync, tf.float32)
+        applied = tf.constant(True)
+        if self.loss_scaled:
+            # The loss scaler skips a step whose gradients are not finite (norm inf or NaN;
+            # clipped by that norm, all NaN) and halves its scale: that norm says nothing
+            # about training, and would make the host call's mean norm inf.
+            applied = tf.math.is_finite(grad_norm)
+            grad_norm = tf.where(applied, grad_norm, 0.0)
         sums = dict(sums)
         sums["examples"] = tf.cast(tf.shape(tf.nest.flatten(features)[0])[0], tf.float32)
         sums["loss"] = loss
         # Every replica holds the same global norm; the SUM read must count it once.
         sums["gradient_norm"] = grad_norm / num_replicas
+        sums["applied_steps"] = tf.cast(applied, tf.float32) / num_replicas
         self.train_metrics.add(sums)
 
     def _eval_step(self, features):
@@ -204,8 +212,9 @@ class Trainer:
 
         Returns:
             Dict of float sums over the steps: the task's `metric_names`, `examples`, `loss`
-            (sum of per-step global losses) and `gradient_norm` (sum of per-step norms, before
-            clipping).
+            (sum of per-step global losses), `gradient_norm` (sum of per-step norms, before
+            clipping, over the applied steps) and `applied_steps` (the steps the loss scaler
+            did not skip; all of them without loss scaling).
         """
         self._train_loop(data, tf.constant(num_steps, tf.int64))
         return self.train_metrics.read()

@@ -47,7 +47,8 @@ def format_duration(seconds):
 class ProgressLogger:
     """Logs `step 300/1000 (30%) | metric value ... | 812 examples/s | ETA 0:02:10`.
 
-    The first host call (which traces and compiles the step) is left out of the ETA.
+    The first host call (which traces and compiles the step) is left out of the ETA, as it
+    is of the rates (`albert.training.loop`).
 
     Args:
         total_steps: the step training ends at.

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import synthetic_glue as synthetic
 
-from tests.helpers import free_ports
+from tests.helpers import free_ports, scalar_tags
 
 # Slow tier: a fine-tuning run, then two worker processes evaluate together (~40 s).
 pytestmark = pytest.mark.slow
@@ -92,3 +92,6 @@ def test_every_worker_loads_the_best_checkpoint_the_chief_wrote(tmp_path):
         loaded.append(re.findall(r"Final weights: (\S+) \(global step (\d+)\)", log))
     assert loaded[0] == [(str(output_dir / "model.ckpt-best"), "4")]
     assert loaded[1] == loaded[0]
+    # The eval scalars of checkpoints 2 and 4 come from the chief alone: one event file.
+    assert len(list((output_dir / "eval").glob("events.out.tfevents.*"))) == 1
+    assert {"accuracy", "loss"} <= scalar_tags(output_dir / "eval")

@@ -101,3 +101,28 @@ def test_input_state_of_other_batches_is_not_restored(tmp_path):
     for batch_size, seq_len in ((3, 7), (4, 5)):
         with pytest.raises(ValueError, match="batches of another shape"):
             checkpoints().restore_input(_batches(batch_size, seq_len), 1)
+
+
+def test_a_model_without_dropout_resumes_without_a_random_state_warning(tmp_path, caplog):
+    # v2 configs have no dropout, so no random state to save: every resume warned that the
+    # checkpoint came from an older run and that dropout masks would differ.
+    step = tf.Variable(0, dtype=tf.int64)
+    models = []
+    for layers in ([], [keras.layers.Dropout(0.1)]):
+        model = keras.Sequential([keras.layers.Dense(2, name="dense"), *layers], name="model")
+        model.build((None, 3))
+        models.append(model)
+    plain, dropped = models  # the same weight paths
+    optimizer = keras.optimizers.SGD()
+
+    def checkpoints(model):
+        return checkpointing.TrainingCheckpoints(
+            str(tmp_path), str(tmp_path), model, optimizer, step, max_to_keep=2
+        )
+
+    checkpoints(plain).save(1)
+    assert checkpoints(plain).restore_latest().endswith("model.ckpt-1")
+    assert "random state" not in caplog.text
+    # The same weights with dropout: its masks after resume do differ.
+    checkpoints(dropped).restore_latest()
+    assert "holds no random state" in caplog.text
