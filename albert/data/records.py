@@ -193,6 +193,11 @@ def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
         feature = tf.train.Example.FromString(record.numpy()).features.feature
         if "input_ids" not in feature or "masked_lm_positions" not in feature:
             raise RecordError(f"{path} does not hold ALBERT pretraining records.")
+        problem = _schema_problem(feature, max_seq_length, max_predictions_per_seq)
+        if problem:  # Before the lengths: a float input_ids has no int64 values to count.
+            raise RecordError(
+                _schema_message(path, problem, max_seq_length, max_predictions_per_seq)
+            )
         seq = len(feature["input_ids"].int64_list.value)
         preds = len(feature["masked_lm_positions"].int64_list.value)
         if seq != max_seq_length or preds != max_predictions_per_seq:
@@ -201,6 +206,11 @@ def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
                 f"max_predictions_per_seq={preds}, but the flags say {max_seq_length} and "
                 f"{max_predictions_per_seq}; pass the values the data was created with."
             )
+        problem = _schema_problem(feature, max_seq_length, max_predictions_per_seq, lengths=True)
+        if problem:
+            raise RecordError(
+                _schema_message(path, problem, max_seq_length, max_predictions_per_seq)
+            )
     if not with_records:
         raise RecordError(
             f"{files[0]} holds no records"
@@ -208,6 +218,41 @@ def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
         )
     _CHECKED[key] = [path for path in files if path in with_records]
     return _CHECKED[key]
+
+
+def _schema_problem(feature, max_seq_length, max_predictions_per_seq, lengths=False):
+    """What is wrong with one record's features against `feature_spec`, or None: a missing
+    feature or one of the wrong kind (int64 / float), or with `lengths`, one of the wrong
+    length.
+
+    Without this, such a record passes the length check of `input_ids` and
+    `masked_lm_positions` and fails later inside the input pipeline, as a TensorFlow
+    traceback that names no file. `token_boundary` is not read (`parse_examples`), so it
+    is not checked.
+    """
+    for name, spec in feature_spec(max_seq_length, max_predictions_per_seq).items():
+        if name == "token_boundary":
+            continue
+        if name not in feature:
+            return f"feature {name} is missing"
+        kind = "float_list" if spec.dtype == tf.float32 else "int64_list"
+        written = feature[name].WhichOneof("kind")
+        if written != kind:
+            return f"{name} is {(written or 'empty').replace('_list', '')}, not {kind[:-5]}"
+        length = len(getattr(feature[name], kind).value)
+        if lengths and length != spec.shape[0]:
+            return f"{name} holds {length} values, not {spec.shape[0]}"
+    return None
+
+
+def _schema_message(path, problem, max_seq_length, max_predictions_per_seq):
+    return (
+        f"{path} holds records whose {problem}; pretraining records hold int64 "
+        f"{', '.join(SEQUENCE_FEATURES[:3])} [{max_seq_length}], "
+        f"{', '.join(PREDICTION_FEATURES)} [{max_predictions_per_seq}], float "
+        f"masked_lm_weights [{max_predictions_per_seq}] and int64 next_sentence_labels [1]: "
+        "rebuild them with create_pretraining_data."
+    )
 
 
 def _first_records(firsts, files):

@@ -310,3 +310,72 @@ def test_the_pretraining_task_checks_ids_against_its_config(tmp_path):
     ):
         with pytest.raises(tf.errors.InvalidArgumentError, match=r"1441 is not in \[0, 1000\)"):
             next(iter(dataset))
+
+
+def _one_record(tmp_path, change):
+    """A file of one 7/2 record whose tf.train.Example features `change(features)` edits."""
+    example = tf.train.Example.FromString(
+        serialize_instance([2, 5, 3], [0, 0, 0], [1, 1, 1], [1], [5], 0, 7, 2)
+    )
+    change(example.features.feature)
+    path = str(tmp_path / "shard")
+    with tf.io.TFRecordWriter(path) as writer:
+        writer.write(example.SerializeToString())
+    return path
+
+
+def _as_floats(name):
+    def change(feature):
+        values = list(feature[name].int64_list.value)
+        del feature[name]
+        feature[name].float_list.value.extend(values)
+
+    return change
+
+
+def _as_ints(name):
+    def change(feature):
+        values = list(feature[name].float_list.value)
+        del feature[name]
+        feature[name].int64_list.value.extend(int(v) for v in values)
+
+    return change
+
+
+def _shortened(name):
+    def change(feature):
+        del feature[name].int64_list.value[-1]
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        (lambda f: f.pop("masked_lm_weights"), "feature masked_lm_weights is missing"),
+        (lambda f: f.pop("next_sentence_labels"), "feature next_sentence_labels is missing"),
+        (lambda f: f.pop("segment_ids"), "feature segment_ids is missing"),
+        (_as_floats("input_ids"), "input_ids is float, not int64"),
+        (_as_ints("masked_lm_weights"), "masked_lm_weights is int64, not float"),
+        (_shortened("input_mask"), "input_mask holds 6 values, not 7"),
+        (_shortened("masked_lm_ids"), "masked_lm_ids holds 1 values, not 2"),
+    ],
+    ids=["no_weights", "no_labels", "no_segments", "float_ids", "int_weights", "mask", "ids"],
+)
+def test_records_unlike_the_schema_are_one_clear_error(tmp_path, change, problem):
+    # They passed the length check of input_ids and masked_lm_positions, then failed mid-run
+    # inside tf.data with a traceback naming no file (or, float input_ids, as "length 0").
+    path = _one_record(tmp_path, change)
+    with pytest.raises(RecordError) as error:
+        pretraining_dataset(path, 1, 7, 2, is_training=False)
+    assert str(error.value).startswith(f"{path} holds records whose {problem}; ")
+    assert str(error.value).endswith(
+        "pretraining records hold int64 input_ids, input_mask, segment_ids [7], "
+        "masked_lm_positions, masked_lm_ids [2], float masked_lm_weights [2] and int64 "
+        "next_sentence_labels [1]: rebuild them with create_pretraining_data."
+    )
+
+
+def test_records_without_token_boundary_still_read(tmp_path):
+    path = _one_record(tmp_path, lambda f: f.pop("token_boundary"))
+    assert sum(1 for _ in pretraining_dataset(path, 1, 7, 2, is_training=False)) == 1
