@@ -304,6 +304,7 @@ def pretraining_dataset(
     num_cpu_threads=4,
     eval_steps=None,
     vocab_size=None,
+    type_vocab_size=None,
 ):
     """tf.data over pretraining TFRecords, as the original's input_fn but shardable.
 
@@ -331,6 +332,9 @@ def pretraining_dataset(
             None reads the records once, dropping a last partial batch.
         vocab_size: the model's vocabulary size: a batch holding a token id outside
             [0, vocab_size) fails with an InvalidArgumentError (`check_token_ids`); None
+            checks nothing.
+        type_vocab_size: the model's number of token types: a batch holding a value the
+            model cannot use fails with an InvalidArgumentError (`check_record_values`); None
             checks nothing.
 
     Returns:
@@ -383,6 +387,8 @@ def pretraining_dataset(
 
     def parse(records):
         features = parse_examples(records, max_seq_length, max_predictions_per_seq)
+        if type_vocab_size is not None:
+            features = check_record_values(features, max_seq_length, type_vocab_size)
         return features if vocab_size is None else check_token_ids(features, vocab_size)
 
     # One map, as before the id check: a saved input position of an earlier run still restores.
@@ -414,4 +420,67 @@ def check_token_ids(features, vocab_size):
     )
     check = tf.debugging.Assert(tf.size(outside) == 0, [message])
     with tf.control_dependencies([check]):
+        return {name: tf.identity(value) for name, value in features.items()}
+
+
+# Starts the message of a failed `check_record_values` check, for `albert.training.failures`.
+BAD_RECORD = "Bad pretraining record:"
+
+
+def check_record_values(features, max_seq_length, type_vocab_size):
+    """`features` as they are, once every value the model reads is one it can use.
+
+    Otherwise this raises an InvalidArgumentError whose message is `BAD_RECORD` and one
+    sentence, which `albert.training.failures` prints as it is. An XLA-compiled step (and a
+    GPU's gather) reads a masked position or segment id beyond its table without an error,
+    and a sentence-order label beyond {0, 1} or a NaN weight makes the loss NaN: without
+    these checks such records trained silently on wrong values.
+
+    Args:
+        features: a batch of `parse_examples`.
+        max_seq_length: T: masked_lm_positions must be in [0, T).
+        type_vocab_size: the model's token types: segment_ids must be in [0, type_vocab_size).
+    """
+    checks = []
+
+    def check(name, values, bad, requirement):
+        found = tf.boolean_mask(values, bad)
+        first = tf.concat([found, tf.zeros([1], values.dtype)], 0)[0]
+        message = tf.strings.format(
+            f"{BAD_RECORD} its {name} holds {{}}, but {requirement}; rebuild the records with "
+            "create_pretraining_data (and pass the --max_seq_length and config they were "
+            "made for).",
+            first,
+        )
+        checks.append(tf.debugging.Assert(tf.size(found) == 0, [message]))
+
+    positions = tf.reshape(features["masked_lm_positions"], [-1])
+    check(
+        "masked_lm_positions",
+        positions,
+        (positions < 0) | (positions >= max_seq_length),
+        f"positions must be in [0, {max_seq_length}) (--max_seq_length)",
+    )
+    segments = tf.reshape(features["segment_ids"], [-1])
+    check(
+        "segment_ids",
+        segments,
+        (segments < 0) | (segments >= type_vocab_size),
+        f"the config (type_vocab_size={type_vocab_size}) allows 0 to {type_vocab_size - 1}",
+    )
+    labels = tf.reshape(features["next_sentence_labels"], [-1])
+    check(
+        "next_sentence_labels",
+        labels,
+        (labels < 0) | (labels > 1),
+        "sentence-order labels are 0 or 1",
+    )
+    weights = tf.reshape(features["masked_lm_weights"], [-1])
+    check(
+        "masked_lm_weights",
+        weights,
+        ~(tf.math.is_finite(weights) & (weights >= 0)),
+        "weights must be finite and zero or more",
+    )
+    with tf.control_dependencies(checks):
         return {name: tf.identity(value) for name, value in features.items()}

@@ -13,6 +13,9 @@ sentence naming the file and what to do:
                                              is an existing file
     InvalidArgumentError "indices ... not in [0, V)" from an embedding lookup
                                              token ids beyond the config's vocab_size
+    InvalidArgumentError "Bad pretraining record: ..."
+                                             a masked position, segment id, label or
+                                             weight the model cannot use
 
 Anything else is a bug or an unforeseen failure and keeps its traceback. The traceback of a
 described failure too is shown with `--verbosity=1` (or higher) or `ALBERT_TRACEBACK=1`.
@@ -32,6 +35,8 @@ _READ_ONLY = "Read-only file system"
 # Where TensorFlow names a file in an error message: an absolute or gs:// style path.
 # It starts a word: the "/sub" of a relative "ro/sub" is not a path of its own.
 _PATH = re.compile(r"(?<![^\s'\"(\[{=])((?:[a-z][a-z0-9+.-]*://|/)[^\s:;,'\"\[\]{}]+)")
+# `albert.data.records.check_record_values`: "[Bad pretraining record: its ... made for).]".
+_BAD_RECORD = re.compile(r"Bad pretraining record: (.*?)\](?:\s|$)")
 # tf.gather / embedding lookup: "indices[3,5] = 1200 is not in [0, 1000)".
 _OUT_OF_RANGE = re.compile(r"indices\[[\d,]*\] = (-?\d+) is not in \[0, (\d+)\)")
 
@@ -125,6 +130,9 @@ def describe_failure(exception: BaseException) -> str | None:
             "lies under one; point --output_dir (or --cached_dir, --export_dir) at a folder, "
             "or move the file away."
         )
+    bad_record = _BAD_RECORD.search(text)
+    if _class_named(exception, "InvalidArgumentError") and bad_record:
+        return f"A record of --input_file (or --eval_input_file) is bad: {bad_record.group(1)}"
     found = _OUT_OF_RANGE.search(text)
     if _class_named(exception, "InvalidArgumentError") and found:
         return (

@@ -1,5 +1,7 @@
 """The TensorFlow-free record encoder against tf.train.Example, and records read back."""
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -379,3 +381,66 @@ def test_records_unlike_the_schema_are_one_clear_error(tmp_path, change, problem
 def test_records_without_token_boundary_still_read(tmp_path):
     path = _one_record(tmp_path, lambda f: f.pop("token_boundary"))
     assert sum(1 for _ in pretraining_dataset(path, 1, 7, 2, is_training=False)) == 1
+
+
+def _set(name, value):
+    def change(feature):
+        values = feature[name].float_list.value if name == "masked_lm_weights" else None
+        values = values if values is not None else feature[name].int64_list.value
+        values[0] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (_set("masked_lm_positions", 7), "its masked_lm_positions holds 7, but positions must "),
+        (_set("masked_lm_positions", -1), "its masked_lm_positions holds -1, but positions "),
+        (_set("segment_ids", 2), r"its segment_ids holds 2, but the config \(type_vocab_size=2"),
+        (_set("next_sentence_labels", 2), "its next_sentence_labels holds 2, but sentence-order "),
+        (_set("masked_lm_weights", float("nan")), "its masked_lm_weights holds nan, but weights"),
+        (_set("masked_lm_weights", -1.0), "its masked_lm_weights holds -1, but weights must be "),
+    ],
+    ids=["position_7", "position_-1", "segment_2", "label_2", "weight_nan", "weight_-1"],
+)
+def test_values_the_model_cannot_use_are_one_clear_error(tmp_path, change, message):
+    # An XLA step (or a GPU gather) read such positions and segment ids without an error, and
+    # such labels and weights made the loss NaN: the run trained on them and exited 0.
+    path = _one_record(tmp_path, change)
+    assert sum(1 for _ in pretraining_dataset(path, 1, 7, 2, is_training=False)) == 1
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+        list(pretraining_dataset(path, 1, 7, 2, is_training=False, type_vocab_size=2))
+    described = describe_failure(raised.value)
+    assert re.match(
+        f"A record of --input_file \\(or --eval_input_file\\) is bad: {message}", described
+    )
+    assert described.endswith(
+        "; rebuild the records with create_pretraining_data (and pass the --max_seq_length "
+        "and config they were made for)."
+    )
+
+
+def test_records_the_model_can_use_pass_the_value_checks(tmp_path):
+    # Highest position, segment and label; weights 0 (no prediction) are fine too.
+    def change(feature):
+        feature["masked_lm_positions"].int64_list.value[:] = [6, 0]
+        feature["segment_ids"].int64_list.value[:] = [0, 1, 1, 0, 0, 0, 0]
+        feature["next_sentence_labels"].int64_list.value[:] = [1]
+        feature["masked_lm_weights"].float_list.value[:] = [0.0, 0.0]
+
+    path = _one_record(tmp_path, change)
+    dataset = pretraining_dataset(path, 1, 7, 2, False, vocab_size=99, type_vocab_size=2)
+    assert sum(1 for _ in dataset) == 1
+
+
+def test_the_pretraining_task_checks_values_against_its_config(tmp_path):
+    path = _one_record(tmp_path, _set("segment_ids", 2))
+    config = AlbertConfig.from_json_file("albert_tiny")  # type_vocab_size 2
+    task = PretrainingTask(config, path, 1, 1, 7, 2)
+    for dataset in (
+        task.train_dataset(tf.distribute.InputContext(), seed=1),
+        task.eval_dataset(tf.distribute.InputContext(), num_steps=1),
+    ):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="its segment_ids holds 2"):
+            next(iter(dataset))
