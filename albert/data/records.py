@@ -267,11 +267,24 @@ def _first_records(firsts, files):
                 for _ in tf.data.TFRecordDataset(path).take(1):
                     pass
             except tf.errors.DataLossError:
+                if _is_gzip(path):
+                    raise RecordError(
+                        f"{path} is gzip-compressed; pretraining TFRecords are read "
+                        f"uncompressed (as the original's): decompress it (gunzip -c {path} > "
+                        "shard.tfrecord) and pass the result in --input_file."
+                    ) from None
                 raise RecordError(
                     f"{path} is not a TFRecord file (its first record is corrupt); pass only "
                     "the pretraining records in --input_file."
                 ) from None
         raise
+
+
+def _is_gzip(path):
+    """Whether the file starts with gzip's magic bytes (`TFRecordWriter(options="GZIP")`
+    writes such files; they fail to read as plain TFRecords with a checksum error)."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
 
 
 # Files read at once: every shard of a host up to this many (more would cost a read buffer each).

@@ -444,3 +444,21 @@ def test_the_pretraining_task_checks_values_against_its_config(tmp_path):
     ):
         with pytest.raises(tf.errors.InvalidArgumentError, match="its segment_ids holds 2"):
             next(iter(dataset))
+
+
+@pytest.mark.parametrize("compression", ["GZIP", "ZLIB"])
+def test_a_compressed_record_file_says_so(tmp_path, compression):
+    # GZIP files were reported as "not a TFRecord file ... pass only the pretraining records".
+    path = str(tmp_path / "shard.tfrecord.gz")
+    with tf.io.TFRecordWriter(path, options=compression) as writer:
+        writer.write(serialize_instance([2, 5, 3], [0, 0, 0], [1, 1, 1], [1], [5], 0, 7, 2))
+    with pytest.raises(RecordError) as error:
+        pretraining_dataset(path, 1, 7, 2, is_training=False)
+    if compression == "GZIP":
+        assert str(error.value) == (
+            f"{path} is gzip-compressed; pretraining TFRecords are read uncompressed (as the "
+            f"original's): decompress it (gunzip -c {path} > shard.tfrecord) and pass the "
+            "result in --input_file."
+        )
+    else:  # No magic bytes to recognise: still one line naming the file.
+        assert str(error.value).startswith(f"{path} is not a TFRecord file")
