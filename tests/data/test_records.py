@@ -462,3 +462,37 @@ def test_a_compressed_record_file_says_so(tmp_path, compression):
         )
     else:  # No magic bytes to recognise: still one line naming the file.
         assert str(error.value).startswith(f"{path} is not a TFRecord file")
+
+
+@pytest.mark.parametrize(
+    "change, detail",
+    [
+        (_shortened("input_ids"), "Key: input_ids, Index: 1. Number of int64 values != expected"),
+        (lambda f: f.pop("masked_lm_weights"), "Feature: masked_lm_weights (data type: float) is"),
+    ],
+    ids=["short", "missing"],
+)
+def test_a_later_record_unlike_the_first_is_one_line(tmp_path, change, detail):
+    # Only a file's first record is checked up front; a later one failed inside tf.data as a
+    # TensorFlow traceback naming no file.
+    good = tf.train.Example.FromString(
+        serialize_instance([2, 5, 3], [0, 0, 0], [1, 1, 1], [1], [5], 0, 7, 2)
+    )
+    bad = tf.train.Example()
+    bad.CopyFrom(good)
+    change(bad.features.feature)
+    path = str(tmp_path / "shard")
+    with tf.io.TFRecordWriter(path) as writer:
+        for example in (good, bad):
+            writer.write(example.SerializeToString())
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+        list(pretraining_dataset(path, 2, 7, 2, is_training=False))
+    described = describe_failure(raised.value)
+    assert described.startswith(
+        "A record of --input_file (or --eval_input_file) is unlike the first record of its "
+        f"file ({detail}"
+    ), described
+    assert described.endswith(
+        "); every record must hold the same features and lengths: rebuild the records with "
+        "create_pretraining_data."
+    )
