@@ -124,3 +124,34 @@ def test_pretraining_poly_power_must_be_finite():
         FlagError, match="^--poly_power must be finite. Received: --poly_power=inf$"
     ):
         training_flags.check_ranges(flag_values)
+
+
+@pytest.mark.parametrize(
+    "define, args, warned",
+    [
+        # Pretraining's default warmup (3125) with a short run.
+        (training_flags.define_pretraining_flags, ["--num_train_steps=1000"], "=3125 is"),
+        (
+            training_flags.define_pretraining_flags,
+            ["--num_train_steps=1000", "--num_warmup_steps=600", "--start_warmup_step=500"],
+            "=600 (after --start_warmup_step=500) is",
+        ),
+        (classification.define_classifier_flags, ["--train_step=8", "--warmup_step=10"], "=10 is"),
+    ],
+    ids=["pretraining_default", "start_warmup_step", "finetuning_given"],
+)
+def test_warmup_beyond_training_is_warned(caplog, define, args, warned):
+    # The original trains so too (the rate never peaks), so a warning, not an error.
+    training_flags.check_ranges(_parsed(define, *args))
+    assert f"--num_warmup_steps{warned} not below --num_train_steps=" in caplog.text
+    assert "never reaches --learning_rate" in caplog.text
+
+
+def test_warmup_within_training_or_from_the_table_is_not_warned(caplog):
+    training_flags.check_ranges(_parsed(training_flags.define_pretraining_flags))
+    flag_values = _parsed(classification.define_classifier_flags, "--train_step=7")
+    flag_values.num_warmup_steps = 320  # as the paper's table fills it (warned there)
+    training_flags.check_ranges(flag_values)
+    flag_values = _parsed(classification.define_classifier_flags, "--train_step=8")
+    training_flags.check_ranges(flag_values)  # no warmup at all
+    assert "never reaches" not in caplog.text
