@@ -261,9 +261,9 @@ def iter_features(examples, tokenizer, max_seq_length, doc_stride, max_query_len
     if skipped:
         # One line a user sees among the per-question ones: how much of the file is unused.
         logging.warning(
-            "Skipped %d of %d training questions: their answer is not at answer_start in the "
-            "context, or covers no token (they are not trained on); check "
-            "the file's answer_start offsets.",
+            "Skipped %d of %d training questions: their answer is missing, not at "
+            "answer_start in the context, or covers no token (they are not trained on); check "
+            "the file's answers and answer_start offsets.",
             skipped,
             len(examples),
         )
