@@ -137,3 +137,38 @@ def test_race_files_with_the_same_id_are_an_error(tmp_path):
         f"RACE files {str(folder / '1.txt')!r} and {str(folder / '2.txt')!r} both give the "
         "question id 'high1.txt-0'; give each article file its own \"id\"."
     )
+
+
+@pytest.mark.parametrize(
+    "qas, context, detail",
+    [
+        ([_qa("q1", question=None)], "Paris.", "its question is null, not a string"),
+        ([_qa("q1")], None, "its context is null, not a string"),
+        (
+            [_qa("q1", answers=[{"text": 1889, "answer_start": 0}])],
+            "Paris.",
+            "its answer text is 1889, not a string",
+        ),
+        # A truthy string: the answerable question was read as unanswerable.
+        ([_qa("q1", is_impossible="false")], "Paris.", 'its is_impossible is "false", not true'),
+    ],
+    ids=["null_question", "null_context", "number_answer", "string_is_impossible"],
+)
+def test_squad_fields_of_the_wrong_type_name_the_place(tmp_path, qas, context, detail):
+    # A null question or context failed in the tokenizer as an AttributeError traceback.
+    path = tmp_path / "train.json"
+    paragraph = {"context": context, "qas": qas}
+    path.write_text(json.dumps({"version": "v2.0", "data": [{"paragraphs": [paragraph]}]}))
+    with pytest.raises(SquadDataError) as error:
+        read_squad_examples(str(path))
+    place = "article 0 paragraph 0" + ("" if context is None else " question 0")
+    assert str(error.value) == (
+        f"SQuAD file {str(path)!r} is malformed at {place} ({detail}"
+        + ("" if detail.endswith("string") else " or false")
+        + "); is it a SQuAD v1.1 or v2.0 JSON file?"
+    )
+
+
+def test_squad_is_impossible_as_0_or_1_still_reads(tmp_path):
+    path = _squad(tmp_path / "train.json", [_qa("q1", is_impossible=0)], "v2.0")
+    assert read_squad_examples(path)[0].is_impossible is False
