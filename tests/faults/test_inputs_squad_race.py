@@ -172,3 +172,28 @@ def test_squad_fields_of_the_wrong_type_name_the_place(tmp_path, qas, context, d
 def test_squad_is_impossible_as_0_or_1_still_reads(tmp_path):
     path = _squad(tmp_path / "train.json", [_qa("q1", is_impossible=0)], "v2.0")
     assert read_squad_examples(path)[0].is_impossible is False
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"article": None}, "has the article None, not a string."),
+        ({"questions": [None]}, "question 0 is None with options ['a', 'b', 'c', 'd']; the "),
+        ({"options": [["a", None, "c", "d"]]}, "question 0 is 'Which?' with options ['a', None"),
+    ],
+    ids=["null_article", "null_question", "null_option"],
+)
+def test_race_fields_that_are_not_strings_name_the_file(tmp_path, change, message):
+    # They failed in the tokenizer or in str.replace as a TypeError traceback.
+    folder = tmp_path / "RACE" / "dev" / "high"
+    folder.mkdir(parents=True)
+    article = {
+        "article": "Text.",
+        "questions": ["Which?"],
+        "options": [["a", "b", "c", "d"]],
+        "answers": ["A"],
+    }
+    (folder / "1.txt").write_text(json.dumps({**article, **change}))
+    with pytest.raises(race.RaceDataError) as error:
+        race.read_race_examples(str(tmp_path), "dev", high_only=True)
+    assert str(error.value).startswith(f"RACE file {str(folder / '1.txt')!r} {message}")
