@@ -101,6 +101,13 @@ def _read_rows(path):
     try:
         with _open_text(path) as f:
             for line_number, line in enumerate(f, start=1):
+                # Lines end at "\n" only, so a CR-only file is one line: one garbled row
+                # (its fields run across the CRs) or none, read without an error.
+                if line_number == 1 and not line.endswith("\n") and "\r" in line.rstrip("\r"):
+                    raise GlueDataError(
+                        f"{path} has CR (\\r) line endings, as old Mac editors write; convert "
+                        "it to \\n (or \\r\\n) line endings, e.g. tr '\\r' '\\n'."
+                    )
                 line = line.rstrip("\r\n")
                 if line_number == 1:
                     line = line.lstrip("\ufeff")  # a UTF-8 byte order mark
