@@ -148,3 +148,18 @@ def test_crlf_and_a_stray_cr_inside_a_field_still_read(tmp_path):
         ("A fine\rfilm .", "1"),
         ("A dull film .", "0"),
     ]
+
+
+def test_a_latin1_character_far_into_the_file_names_its_line(tmp_path):
+    # The reader decodes 8 KB blocks: the error named the last line it had read (here 1).
+    rows = ["sentence\tlabel"] + [f"Film number {i} .\t1" for i in range(2000)]
+    rows[1500] = "Un film caf\xe9 .\t1"
+    path = tmp_path / "SST-2" / "train.tsv"
+    path.parent.mkdir()
+    path.write_bytes("\n".join(rows).encode("latin-1"))
+    with pytest.raises(GlueDataError) as error:
+        read_examples("sst-2", str(tmp_path), "train")
+    assert str(error.value) == (
+        f"{path} line 1501 is not UTF-8 text: is it a binary, UTF-16 or Latin-1 file? Pass the "
+        "GLUE TSV file as downloaded (UTF-8)."
+    )
