@@ -271,7 +271,13 @@ def load_features(
 
     def create():
         found = features or iter_features(examples, tokenizer, *settings)
-        return [feature.model_inputs(is_training) for feature in found]
+        inputs = [feature.model_inputs(is_training) for feature in found]
+        if not inputs:  # Else a FeatureError naming no file: "the input split is empty".
+            reason = "no question"
+            if examples:
+                reason = "no training question whose answer is found (see the warnings above)"
+            raise SquadDataError(f"SQuAD file {squad_file!r} has {reason}.")
+        return inputs
 
     cached = feature_lib.load_or_create_features(path, create)
     if features is not None and len(features) != cached.num_examples:

@@ -197,3 +197,30 @@ def test_race_fields_that_are_not_strings_name_the_file(tmp_path, change, messag
     with pytest.raises(race.RaceDataError) as error:
         race.read_race_examples(str(tmp_path), "dev", high_only=True)
     assert str(error.value).startswith(f"RACE file {str(folder / '1.txt')!r} {message}")
+
+
+def _tiny_tokenizer():
+    from pathlib import Path
+
+    from albert.tokenization import FullTokenizer
+
+    model = Path(__file__).resolve().parents[1] / "fixtures" / "tokenizer" / "tiny.model"
+    return FullTokenizer(spm_model_file=str(model))
+
+
+@pytest.mark.parametrize(
+    "qas, is_training, reason",
+    [
+        ([_qa("q1", answers=[{"text": "Paris", "answer_start": 9}])], True, "no training "),
+        ([], False, "no question."),
+    ],
+    ids=["every_answer_skipped", "no_question"],
+)
+def test_squad_file_without_features_names_the_file(tmp_path, qas, is_training, reason):
+    # Was "No features to make a dataset of; the input split is empty.", naming no file.
+    from albert.data.squad import load_features
+
+    path = _squad(tmp_path / "train.json", qas)
+    with pytest.raises(SquadDataError) as error:
+        load_features(path, _tiny_tokenizer(), is_training, 32, 8, 8)
+    assert str(error.value).startswith(f"SQuAD file {path!r} has {reason}")
