@@ -211,6 +211,7 @@ def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
             raise RecordError(
                 _schema_message(path, problem, max_seq_length, max_predictions_per_seq)
             )
+        _warn_mask_unlike_tokens(path, feature)
     if not with_records:
         raise RecordError(
             f"{files[0]} holds no records"
@@ -243,6 +244,30 @@ def _schema_problem(feature, max_seq_length, max_predictions_per_seq, lengths=Fa
         if lengths and length != spec.shape[0]:
             return f"{name} holds {length} values, not {spec.shape[0]}"
     return None
+
+
+def _warn_mask_unlike_tokens(path, feature):
+    """Warns when the first record's input_mask is not 1 for each token and 0 for the
+    padding (id 0) after them, as create_pretraining_data writes it.
+
+    The model attends where input_mask is 1, as the original does with whatever mask a
+    record holds (so this is no error); records from another tool whose mask covers the
+    padding, or none of the tokens, would otherwise train on it without a word.
+    """
+    mask = list(feature["input_mask"].int64_list.value)
+    ids = feature["input_ids"].int64_list.value
+    # The tokens end at the last non-zero id ([SEP]); padding ids are 0.
+    length = max((i + 1 for i, token in enumerate(ids) if token), default=0)
+    if mask == [1] * length + [0] * (len(mask) - length):
+        return
+    logging.warning(
+        "%s: the input_mask of its first record is not 1 for each of its %d tokens and 0 for "
+        "the padding after them (it holds %d ones); the model attends where it is 1, as the "
+        "original does. Check how these records were made.",
+        path,
+        length,
+        sum(1 for m in mask if m),
+    )
 
 
 def _schema_message(path, problem, max_seq_length, max_predictions_per_seq):

@@ -496,3 +496,26 @@ def test_a_later_record_unlike_the_first_is_one_line(tmp_path, change, detail):
         "); every record must hold the same features and lengths: rebuild the records with "
         "create_pretraining_data."
     )
+
+
+@pytest.mark.parametrize(
+    "mask, ones",
+    [([1] * 7, 7), ([0] * 7, 0), ([1, 1, 1, 1, 0, 0, 0], 4), ([1, 0, 1, 0, 0, 0, 0], 2)],
+    ids=["covers_padding", "none", "one_pad", "hole"],
+)
+def test_a_mask_unlike_the_tokens_is_warned(tmp_path, caplog, mask, ones):
+    # The original attends wherever input_mask is 1, so such records still train (no error).
+    def change(feature):
+        feature["input_mask"].int64_list.value[:] = mask
+
+    path = _one_record(tmp_path, change)
+    assert sum(1 for _ in pretraining_dataset(path, 1, 7, 2, is_training=False)) == 1
+    assert (
+        f"{path}: the input_mask of its first record is not 1 for each of its 3 tokens and 0 "
+        f"for the padding after them (it holds {ones} ones)"
+    ) in caplog.text
+
+
+def test_a_mask_of_the_tokens_is_not_warned(tmp_path, caplog):
+    pretraining_dataset(_one_record(tmp_path, lambda f: None), 1, 7, 2, is_training=False)
+    assert "input_mask" not in caplog.text
