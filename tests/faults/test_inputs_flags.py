@@ -155,3 +155,13 @@ def test_warmup_within_training_or_from_the_table_is_not_warned(caplog):
     flag_values = _parsed(classification.define_classifier_flags, "--train_step=8")
     training_flags.check_ranges(flag_values)  # no warmup at all
     assert "never reaches" not in caplog.text
+
+
+@pytest.mark.parametrize("steps, warmup", [(12, 2), (600, 100), (6000, 100)])
+def test_the_quickstart_warmup_fits_its_steps(steps, warmup):
+    # The quickstart's smoke run (--num_train_steps=12) warmed up for 100 steps: the rate never
+    # peaked, and run_pretraining warned about a flag the quickstart does not take.
+    from albert.quickstart import Recipe, pretraining_command
+
+    command = pretraining_command("c", "t", "h", "m", Recipe(num_train_steps=steps))
+    assert f"--num_warmup_steps={warmup}" in command
