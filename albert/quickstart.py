@@ -207,7 +207,9 @@ def pretraining_command(config, train, held_out, model_dir, recipe):
         f"--max_seq_length={recipe.max_seq_length}",
         f"--max_predictions_per_seq={recipe.max_predictions_per_seq}",
         f"--num_train_steps={steps}",
-        f"--num_warmup_steps={recipe.num_warmup_steps}",
+        # A sixth of the steps at most (the recipe's 100 of 600): a short smoke run's rate
+        # still peaks, and run_pretraining has no warmup-beyond-training to warn about.
+        f"--num_warmup_steps={min(recipe.num_warmup_steps, steps // 6)}",
         f"--learning_rate={recipe.learning_rate}",
         f"--optimizer={recipe.optimizer}",
         f"--poly_power={recipe.poly_power}",

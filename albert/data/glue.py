@@ -101,6 +101,13 @@ def _read_rows(path):
     try:
         with _open_text(path) as f:
             for line_number, line in enumerate(f, start=1):
+                # Lines end at "\n" only, so a CR-only file is one line: one garbled row
+                # (its fields run across the CRs) or none, read without an error.
+                if line_number == 1 and not line.endswith("\n") and "\r" in line.rstrip("\r"):
+                    raise GlueDataError(
+                        f"{path} has CR (\\r) line endings, as old Mac editors write; convert "
+                        "it to \\n (or \\r\\n) line endings, e.g. tr '\\r' '\\n'."
+                    )
                 line = line.rstrip("\r\n")
                 if line_number == 1:
                     line = line.lstrip("\ufeff")  # a UTF-8 byte order mark
@@ -109,13 +116,27 @@ def _read_rows(path):
                 if line:
                     yield line_number, line.split("\t")
     except UnicodeError:
-        raise GlueDataError(_not_text_message(path, line_number + 1)) from None
+        raise GlueDataError(_not_text_message(path, _first_undecodable_line(path))) from None
+
+
+def _first_undecodable_line(path):
+    """The number of the first line that is not UTF-8. The text reader decodes blocks of
+    thousands of bytes, so the line it had reached when decoding failed can be far off."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        for line_number, line in enumerate(f.read().split(b"\n"), start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeError:
+                return line_number
+            if b"\x00" in line:  # binary or UTF-16, as `_read_rows` counts it
+                return line_number
+    return 1
 
 
 def _not_text_message(path, line_number):
     return (
-        f"{path} line {line_number} is not UTF-8 text: is it a binary or UTF-16 file? Pass "
-        "the GLUE TSV file as downloaded."
+        f"{path} line {line_number} is not UTF-8 text: is it a binary, UTF-16 or Latin-1 "
+        "file? Pass the GLUE TSV file as downloaded (UTF-8)."
     )
 
 

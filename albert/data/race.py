@@ -141,6 +141,9 @@ def _read_article(path, level, data, default_id):
         raise RaceDataError(
             f"RACE file {path!r} must hold lists under questions, options and answers."
         )
+    # A null or a number would otherwise fail in the tokenizer, as a traceback.
+    if not isinstance(article, str):
+        raise RaceDataError(f"RACE file {path!r} has the article {article!r:.40}, not a string.")
     if not len(questions) == len(options) == len(answers):
         raise RaceDataError(
             f"RACE file {path!r} has {len(questions)} questions, {len(options)} option lists "
@@ -160,6 +163,11 @@ def _read_article(path, level, data, default_id):
             raise RaceDataError(
                 f"RACE file {path!r} question {index} has options {choices!r} and answer "
                 f"{answer!r}; expected a list of 4 options and an answer among A, B, C, D."
+            )
+        if not isinstance(question, str) or not all(isinstance(c, str) for c in choices):
+            raise RaceDataError(
+                f"RACE file {path!r} question {index} is {question!r:.40} with options "
+                f"{choices!r:.80}; the question and each option must be a string."
             )
         examples.append(
             RaceExample(

@@ -193,6 +193,11 @@ def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
         feature = tf.train.Example.FromString(record.numpy()).features.feature
         if "input_ids" not in feature or "masked_lm_positions" not in feature:
             raise RecordError(f"{path} does not hold ALBERT pretraining records.")
+        problem = _schema_problem(feature, max_seq_length, max_predictions_per_seq)
+        if problem:  # Before the lengths: a float input_ids has no int64 values to count.
+            raise RecordError(
+                _schema_message(path, problem, max_seq_length, max_predictions_per_seq)
+            )
         seq = len(feature["input_ids"].int64_list.value)
         preds = len(feature["masked_lm_positions"].int64_list.value)
         if seq != max_seq_length or preds != max_predictions_per_seq:
@@ -201,6 +206,12 @@ def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
                 f"max_predictions_per_seq={preds}, but the flags say {max_seq_length} and "
                 f"{max_predictions_per_seq}; pass the values the data was created with."
             )
+        problem = _schema_problem(feature, max_seq_length, max_predictions_per_seq, lengths=True)
+        if problem:
+            raise RecordError(
+                _schema_message(path, problem, max_seq_length, max_predictions_per_seq)
+            )
+        _warn_mask_unlike_tokens(path, feature)
     if not with_records:
         raise RecordError(
             f"{files[0]} holds no records"
@@ -208,6 +219,65 @@ def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
         )
     _CHECKED[key] = [path for path in files if path in with_records]
     return _CHECKED[key]
+
+
+def _schema_problem(feature, max_seq_length, max_predictions_per_seq, lengths=False):
+    """What is wrong with one record's features against `feature_spec`, or None: a missing
+    feature or one of the wrong kind (int64 / float), or with `lengths`, one of the wrong
+    length.
+
+    Without this, such a record passes the length check of `input_ids` and
+    `masked_lm_positions` and fails later inside the input pipeline, as a TensorFlow
+    traceback that names no file. `token_boundary` is not read (`parse_examples`), so it
+    is not checked.
+    """
+    for name, spec in feature_spec(max_seq_length, max_predictions_per_seq).items():
+        if name == "token_boundary":
+            continue
+        if name not in feature:
+            return f"feature {name} is missing"
+        kind = "float_list" if spec.dtype == tf.float32 else "int64_list"
+        written = feature[name].WhichOneof("kind")
+        if written != kind:
+            return f"{name} is {(written or 'empty').replace('_list', '')}, not {kind[:-5]}"
+        length = len(getattr(feature[name], kind).value)
+        if lengths and length != spec.shape[0]:
+            return f"{name} holds {length} values, not {spec.shape[0]}"
+    return None
+
+
+def _warn_mask_unlike_tokens(path, feature):
+    """Warns when the first record's input_mask is not 1 for each token and 0 for the
+    padding (id 0) after them, as create_pretraining_data writes it.
+
+    The model attends where input_mask is 1, as the original does with whatever mask a
+    record holds (so this is no error); records from another tool whose mask covers the
+    padding, or none of the tokens, would otherwise train on it without a word.
+    """
+    mask = list(feature["input_mask"].int64_list.value)
+    ids = feature["input_ids"].int64_list.value
+    # The tokens end at the last non-zero id ([SEP]); padding ids are 0.
+    length = max((i + 1 for i, token in enumerate(ids) if token), default=0)
+    if mask == [1] * length + [0] * (len(mask) - length):
+        return
+    logging.warning(
+        "%s: the input_mask of its first record is not 1 for each of its %d tokens and 0 for "
+        "the padding after them (it holds %d ones); the model attends where it is 1, as the "
+        "original does. Check how these records were made.",
+        path,
+        length,
+        sum(1 for m in mask if m),
+    )
+
+
+def _schema_message(path, problem, max_seq_length, max_predictions_per_seq):
+    return (
+        f"{path} holds records whose {problem}; pretraining records hold int64 "
+        f"{', '.join(SEQUENCE_FEATURES[:3])} [{max_seq_length}], "
+        f"{', '.join(PREDICTION_FEATURES)} [{max_predictions_per_seq}], float "
+        f"masked_lm_weights [{max_predictions_per_seq}] and int64 next_sentence_labels [1]: "
+        "rebuild them with create_pretraining_data."
+    )
 
 
 def _first_records(firsts, files):
@@ -222,11 +292,24 @@ def _first_records(firsts, files):
                 for _ in tf.data.TFRecordDataset(path).take(1):
                     pass
             except tf.errors.DataLossError:
+                if _is_gzip(path):
+                    raise RecordError(
+                        f"{path} is gzip-compressed; pretraining TFRecords are read "
+                        f"uncompressed (as the original's): decompress it (gunzip -c {path} > "
+                        "shard.tfrecord) and pass the result in --input_file."
+                    ) from None
                 raise RecordError(
                     f"{path} is not a TFRecord file (its first record is corrupt); pass only "
                     "the pretraining records in --input_file."
                 ) from None
         raise
+
+
+def _is_gzip(path):
+    """Whether the file starts with gzip's magic bytes (`TFRecordWriter(options="GZIP")`
+    writes such files; they fail to read as plain TFRecords with a checksum error)."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
 
 
 # Files read at once: every shard of a host up to this many (more would cost a read buffer each).
@@ -259,6 +342,7 @@ def pretraining_dataset(
     num_cpu_threads=4,
     eval_steps=None,
     vocab_size=None,
+    type_vocab_size=None,
 ):
     """tf.data over pretraining TFRecords, as the original's input_fn but shardable.
 
@@ -286,6 +370,9 @@ def pretraining_dataset(
             None reads the records once, dropping a last partial batch.
         vocab_size: the model's vocabulary size: a batch holding a token id outside
             [0, vocab_size) fails with an InvalidArgumentError (`check_token_ids`); None
+            checks nothing.
+        type_vocab_size: the model's number of token types: a batch holding a value the
+            model cannot use fails with an InvalidArgumentError (`check_record_values`); None
             checks nothing.
 
     Returns:
@@ -338,6 +425,8 @@ def pretraining_dataset(
 
     def parse(records):
         features = parse_examples(records, max_seq_length, max_predictions_per_seq)
+        if type_vocab_size is not None:
+            features = check_record_values(features, max_seq_length, type_vocab_size)
         return features if vocab_size is None else check_token_ids(features, vocab_size)
 
     # One map, as before the id check: a saved input position of an earlier run still restores.
@@ -369,4 +458,67 @@ def check_token_ids(features, vocab_size):
     )
     check = tf.debugging.Assert(tf.size(outside) == 0, [message])
     with tf.control_dependencies([check]):
+        return {name: tf.identity(value) for name, value in features.items()}
+
+
+# Starts the message of a failed `check_record_values` check, for `albert.training.failures`.
+BAD_RECORD = "Bad pretraining record:"
+
+
+def check_record_values(features, max_seq_length, type_vocab_size):
+    """`features` as they are, once every value the model reads is one it can use.
+
+    Otherwise this raises an InvalidArgumentError whose message is `BAD_RECORD` and one
+    sentence, which `albert.training.failures` prints as it is. An XLA-compiled step (and a
+    GPU's gather) reads a masked position or segment id beyond its table without an error,
+    and a sentence-order label beyond {0, 1} or a NaN weight makes the loss NaN: without
+    these checks such records trained silently on wrong values.
+
+    Args:
+        features: a batch of `parse_examples`.
+        max_seq_length: T: masked_lm_positions must be in [0, T).
+        type_vocab_size: the model's token types: segment_ids must be in [0, type_vocab_size).
+    """
+    checks = []
+
+    def check(name, values, bad, requirement):
+        found = tf.boolean_mask(values, bad)
+        first = tf.concat([found, tf.zeros([1], values.dtype)], 0)[0]
+        message = tf.strings.format(
+            f"{BAD_RECORD} its {name} holds {{}}, but {requirement}; rebuild the records with "
+            "create_pretraining_data (and pass the --max_seq_length and config they were "
+            "made for).",
+            first,
+        )
+        checks.append(tf.debugging.Assert(tf.size(found) == 0, [message]))
+
+    positions = tf.reshape(features["masked_lm_positions"], [-1])
+    check(
+        "masked_lm_positions",
+        positions,
+        (positions < 0) | (positions >= max_seq_length),
+        f"positions must be in [0, {max_seq_length}) (--max_seq_length)",
+    )
+    segments = tf.reshape(features["segment_ids"], [-1])
+    check(
+        "segment_ids",
+        segments,
+        (segments < 0) | (segments >= type_vocab_size),
+        f"the config (type_vocab_size={type_vocab_size}) allows 0 to {type_vocab_size - 1}",
+    )
+    labels = tf.reshape(features["next_sentence_labels"], [-1])
+    check(
+        "next_sentence_labels",
+        labels,
+        (labels < 0) | (labels > 1),
+        "sentence-order labels are 0 or 1",
+    )
+    weights = tf.reshape(features["masked_lm_weights"], [-1])
+    check(
+        "masked_lm_weights",
+        weights,
+        ~(tf.math.is_finite(weights) & (weights >= 0)),
+        "weights must be finite and zero or more",
+    )
+    with tf.control_dependencies(checks):
         return {name: tf.identity(value) for name, value in features.items()}

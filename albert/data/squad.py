@@ -130,7 +130,7 @@ def read_squad_examples(input_file: str, version_2_with_negative: bool | None = 
         for a, article in enumerate(data["data"]):
             for p, paragraph in enumerate(article["paragraphs"]):
                 where = f"article {a} paragraph {p}"
-                context = paragraph["context"]
+                context = _text(paragraph["context"], "context")
                 for q, qa in enumerate(paragraph["qas"]):
                     where = f"article {a} paragraph {p} question {q}"
                     example = _read_question(qa, context)
@@ -160,15 +160,27 @@ def read_squad_examples(input_file: str, version_2_with_negative: bool | None = 
     return examples
 
 
+def _text(value, name):
+    """`value` when it is a string; a TypeError (reported with the file and place) when
+    not: a null or a number would otherwise fail in the tokenizer, as a traceback."""
+    if not isinstance(value, str):
+        raise TypeError(f"its {name} is {json.dumps(value)[:40]}, not a string")
+    return value
+
+
 def _read_question(qa, context):
-    is_impossible = bool(qa.get("is_impossible", False))
+    is_impossible = qa.get("is_impossible", False)
+    # JSON true/false (or 0/1); the string "false" would be truthy: an unanswerable question.
+    if is_impossible not in (True, False):
+        raise TypeError(f"its is_impossible is {json.dumps(is_impossible)[:40]}, not true or false")
     answer_text, start = "", -1
     # A file to predict may have no "answers" key (the original reads it only to train); a
     # training question without an answer is skipped with a warning (squad_features).
     if not is_impossible and qa.get("answers"):
-        answer_text = qa["answers"][0]["text"]
+        answer_text = _text(qa["answers"][0]["text"], "answer text")
         start = int(qa["answers"][0]["answer_start"])
-    return SquadExample(qa["id"], qa["question"], context, answer_text, start, is_impossible)
+    question = _text(qa["question"], "question")
+    return SquadExample(qa["id"], question, context, answer_text, start, bool(is_impossible))
 
 
 def cache_file_name(
@@ -259,7 +271,13 @@ def load_features(
 
     def create():
         found = features or iter_features(examples, tokenizer, *settings)
-        return [feature.model_inputs(is_training) for feature in found]
+        inputs = [feature.model_inputs(is_training) for feature in found]
+        if not inputs:  # Else a FeatureError naming no file: "the input split is empty".
+            reason = "no question"
+            if examples:
+                reason = "no training question whose answer is found (see the warnings above)"
+            raise SquadDataError(f"SQuAD file {squad_file!r} has {reason}.")
+        return inputs
 
     cached = feature_lib.load_or_create_features(path, create)
     if features is not None and len(features) != cached.num_examples:

@@ -15,7 +15,8 @@ on its shorter side (BERT's rule); predictions are taken there only.
 Training targets follow the original ALBERT (which took them from XLNet): an answer that lies
 outside a window gives that window start = end = 0 and is_impossible = 1, as an unanswerable
 question does; the window is kept, not dropped. An answer whose text does not match the
-context at `answer_start`, or that covers no token, is skipped with a warning (as BERT).
+context at `answer_start`, or that covers no token, is skipped with a warning (as BERT), and
+a last warning counts them.
 
 Tokens are mapped back to characters of the original context (`albert.data.squad_alignment`),
 so a predicted answer is `context_text[first:last + 1]`, whitespace and case as written.
@@ -209,6 +210,7 @@ def iter_features(examples, tokenizer, max_seq_length, doc_stride, max_query_len
     wordpiece = getattr(tokenizer, "sp_model", None) is None  # A vocab.txt tokenizer.
     check_window(max_seq_length, doc_stride, max_query_length)
     unique_id = FIRST_UNIQUE_ID
+    skipped = 0  # Training questions whose answer is not found (each warned about).
     context_cache = (None, None)  # Questions of one paragraph share its tokens.
     for example_index, example in enumerate(examples):
         if context_cache[0] != example.context_text:
@@ -221,6 +223,7 @@ def iter_features(examples, tokenizer, max_seq_length, doc_stride, max_query_len
         if is_training and not example.is_impossible:
             answer = _answer_tokens(example, starts, ends)
             if answer is None:
+                skipped += 1
                 continue
         query_tokens = tokenizer.tokenize(example.question_text)[:max_query_length]
         query_ids = tokenizer.convert_tokens_to_ids(query_tokens)
@@ -255,6 +258,15 @@ def iter_features(examples, tokenizer, max_seq_length, doc_stride, max_query_len
                     feature.is_impossible = True  # Answer outside this window: [CLS].
             yield feature
             unique_id += 1
+    if skipped:
+        # One line a user sees among the per-question ones: how much of the file is unused.
+        logging.warning(
+            "Skipped %d of %d training questions: their answer is missing, not at "
+            "answer_start in the context, or covers no token (they are not trained on); check "
+            "the file's answers and answer_start offsets.",
+            skipped,
+            len(examples),
+        )
 
 
 def convert_examples_to_features(

@@ -115,6 +115,7 @@ class PretrainingTask(TrainingTask):
             seed=seed,
             eval_steps=eval_steps,
             vocab_size=self.config.vocab_size,
+            type_vocab_size=self.config.type_vocab_size,
         )
 
     def train_dataset(self, input_context, seed):

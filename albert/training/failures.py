@@ -13,6 +13,11 @@ sentence naming the file and what to do:
                                              is an existing file
     InvalidArgumentError "indices ... not in [0, V)" from an embedding lookup
                                              token ids beyond the config's vocab_size
+    InvalidArgumentError from ParseExample   a record past the first of its file (the one
+                                             `albert.data.records` checks) unlike the spec
+    InvalidArgumentError "Bad pretraining record: ..."
+                                             a masked position, segment id, label or
+                                             weight the model cannot use
 
 Anything else is a bug or an unforeseen failure and keeps its traceback. The traceback of a
 described failure too is shown with `--verbosity=1` (or higher) or `ALBERT_TRACEBACK=1`.
@@ -32,6 +37,11 @@ _READ_ONLY = "Read-only file system"
 # Where TensorFlow names a file in an error message: an absolute or gs:// style path.
 # It starts a word: the "/sub" of a relative "ro/sub" is not a path of its own.
 _PATH = re.compile(r"(?<![^\s'\"(\[{=])((?:[a-z][a-z0-9+.-]*://|/)[^\s:;,'\"\[\]{}]+)")
+# `albert.data.records.check_record_values`: "[Bad pretraining record: its ... made for).]".
+_BAD_RECORD = re.compile(r"Bad pretraining record: (.*?)\](?:\s|$)")
+# tf.io.parse_example on a record unlike the spec: "Name: <unknown>, Key: input_ids, Index: 1.
+# Number of int64 values != expected. ..." or "..., Feature: x (data type: float) is required".
+_UNPARSABLE = re.compile(r"Name: [^,\n]*, ((?:Key|Feature): [^\n]*)")
 # tf.gather / embedding lookup: "indices[3,5] = 1200 is not in [0, 1000)".
 _OUT_OF_RANGE = re.compile(r"indices\[[\d,]*\] = (-?\d+) is not in \[0, (\d+)\)")
 
@@ -125,6 +135,17 @@ def describe_failure(exception: BaseException) -> str | None:
             "lies under one; point --output_dir (or --cached_dir, --export_dir) at a folder, "
             "or move the file away."
         )
+    unparsable = _UNPARSABLE.search(text)
+    if _class_named(exception, "InvalidArgumentError") and unparsable and "ParseExample" in text:
+        detail = " ".join(unparsable.group(1).split()).rstrip(".")
+        return (
+            f"A record of --input_file (or --eval_input_file) is unlike the first record of "
+            f"its file ({detail}); every record must hold the same features and lengths: "
+            "rebuild the records with create_pretraining_data."
+        )
+    bad_record = _BAD_RECORD.search(text)
+    if _class_named(exception, "InvalidArgumentError") and bad_record:
+        return f"A record of --input_file (or --eval_input_file) is bad: {bad_record.group(1)}"
     found = _OUT_OF_RANGE.search(text)
     if _class_named(exception, "InvalidArgumentError") and found:
         return (

@@ -266,6 +266,33 @@ def check_ranges(flag_values, ranges=None):
                 raise FlagError(f"--{name} {requirement}. Received: --{name}={value}")
     if "learning_rate" in flag_values and flag_values.learning_rate == 0:
         logging.warning("--learning_rate=0: training will not change the weights.")
+    _warn_warmup_beyond_training(flag_values)
+
+
+def _warn_warmup_beyond_training(flag_values):
+    """Warns when warmup lasts all of training: the rate rises to the last step and never
+    reaches --learning_rate. The original trains so too (not an error), but a run of e.g.
+    --num_train_steps=1000 with the pretraining default --num_warmup_steps=3125 is more
+    likely a mistake than a choice. A warmup the paper's table filled in is warned about by
+    `albert.tasks.hyperparameters`, with the table's advice, and is left out here."""
+    names = ("num_train_steps", "num_warmup_steps")
+    if not all(name in flag_values and flag_values[name].value is not None for name in names):
+        return
+    warmup = flag_values["num_warmup_steps"]
+    if not warmup.present and warmup.default is None:  # filled from the paper's table
+        return
+    start = flag_values.start_warmup_step if "start_warmup_step" in flag_values else 0
+    steps = flag_values.num_train_steps
+    if warmup.value > 0 and start + warmup.value >= steps:
+        logging.warning(
+            "--num_warmup_steps=%d%s is not below --num_train_steps=%d: the learning rate "
+            "rises for all of training and never reaches --learning_rate (at the last step "
+            "it is %.2g of it); lower --num_warmup_steps.",
+            warmup.value,
+            f" (after --start_warmup_step={start})" if start else "",
+            steps,
+            max(0, steps - 1 - start) / warmup.value,
+        )
 
 
 def strategy_from_flags(flag_values):

@@ -1,5 +1,7 @@
 """The TensorFlow-free record encoder against tf.train.Example, and records read back."""
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -310,3 +312,210 @@ def test_the_pretraining_task_checks_ids_against_its_config(tmp_path):
     ):
         with pytest.raises(tf.errors.InvalidArgumentError, match=r"1441 is not in \[0, 1000\)"):
             next(iter(dataset))
+
+
+def _one_record(tmp_path, change):
+    """A file of one 7/2 record whose tf.train.Example features `change(features)` edits."""
+    example = tf.train.Example.FromString(
+        serialize_instance([2, 5, 3], [0, 0, 0], [1, 1, 1], [1], [5], 0, 7, 2)
+    )
+    change(example.features.feature)
+    path = str(tmp_path / "shard")
+    with tf.io.TFRecordWriter(path) as writer:
+        writer.write(example.SerializeToString())
+    return path
+
+
+def _as_floats(name):
+    def change(feature):
+        values = list(feature[name].int64_list.value)
+        del feature[name]
+        feature[name].float_list.value.extend(values)
+
+    return change
+
+
+def _as_ints(name):
+    def change(feature):
+        values = list(feature[name].float_list.value)
+        del feature[name]
+        feature[name].int64_list.value.extend(int(v) for v in values)
+
+    return change
+
+
+def _shortened(name):
+    def change(feature):
+        del feature[name].int64_list.value[-1]
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        (lambda f: f.pop("masked_lm_weights"), "feature masked_lm_weights is missing"),
+        (lambda f: f.pop("next_sentence_labels"), "feature next_sentence_labels is missing"),
+        (lambda f: f.pop("segment_ids"), "feature segment_ids is missing"),
+        (_as_floats("input_ids"), "input_ids is float, not int64"),
+        (_as_ints("masked_lm_weights"), "masked_lm_weights is int64, not float"),
+        (_shortened("input_mask"), "input_mask holds 6 values, not 7"),
+        (_shortened("masked_lm_ids"), "masked_lm_ids holds 1 values, not 2"),
+    ],
+    ids=["no_weights", "no_labels", "no_segments", "float_ids", "int_weights", "mask", "ids"],
+)
+def test_records_unlike_the_schema_are_one_clear_error(tmp_path, change, problem):
+    # They passed the length check of input_ids and masked_lm_positions, then failed mid-run
+    # inside tf.data with a traceback naming no file (or, float input_ids, as "length 0").
+    path = _one_record(tmp_path, change)
+    with pytest.raises(RecordError) as error:
+        pretraining_dataset(path, 1, 7, 2, is_training=False)
+    assert str(error.value).startswith(f"{path} holds records whose {problem}; ")
+    assert str(error.value).endswith(
+        "pretraining records hold int64 input_ids, input_mask, segment_ids [7], "
+        "masked_lm_positions, masked_lm_ids [2], float masked_lm_weights [2] and int64 "
+        "next_sentence_labels [1]: rebuild them with create_pretraining_data."
+    )
+
+
+def test_records_without_token_boundary_still_read(tmp_path):
+    path = _one_record(tmp_path, lambda f: f.pop("token_boundary"))
+    assert sum(1 for _ in pretraining_dataset(path, 1, 7, 2, is_training=False)) == 1
+
+
+def _set(name, value):
+    def change(feature):
+        values = feature[name].float_list.value if name == "masked_lm_weights" else None
+        values = values if values is not None else feature[name].int64_list.value
+        values[0] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (_set("masked_lm_positions", 7), "its masked_lm_positions holds 7, but positions must "),
+        (_set("masked_lm_positions", -1), "its masked_lm_positions holds -1, but positions "),
+        (_set("segment_ids", 2), r"its segment_ids holds 2, but the config \(type_vocab_size=2"),
+        (_set("next_sentence_labels", 2), "its next_sentence_labels holds 2, but sentence-order "),
+        (_set("masked_lm_weights", float("nan")), "its masked_lm_weights holds nan, but weights"),
+        (_set("masked_lm_weights", -1.0), "its masked_lm_weights holds -1, but weights must be "),
+    ],
+    ids=["position_7", "position_-1", "segment_2", "label_2", "weight_nan", "weight_-1"],
+)
+def test_values_the_model_cannot_use_are_one_clear_error(tmp_path, change, message):
+    # An XLA step (or a GPU gather) read such positions and segment ids without an error, and
+    # such labels and weights made the loss NaN: the run trained on them and exited 0.
+    path = _one_record(tmp_path, change)
+    assert sum(1 for _ in pretraining_dataset(path, 1, 7, 2, is_training=False)) == 1
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+        list(pretraining_dataset(path, 1, 7, 2, is_training=False, type_vocab_size=2))
+    described = describe_failure(raised.value)
+    assert re.match(
+        f"A record of --input_file \\(or --eval_input_file\\) is bad: {message}", described
+    )
+    assert described.endswith(
+        "; rebuild the records with create_pretraining_data (and pass the --max_seq_length "
+        "and config they were made for)."
+    )
+
+
+def test_records_the_model_can_use_pass_the_value_checks(tmp_path):
+    # Highest position, segment and label; weights 0 (no prediction) are fine too.
+    def change(feature):
+        feature["masked_lm_positions"].int64_list.value[:] = [6, 0]
+        feature["segment_ids"].int64_list.value[:] = [0, 1, 1, 0, 0, 0, 0]
+        feature["next_sentence_labels"].int64_list.value[:] = [1]
+        feature["masked_lm_weights"].float_list.value[:] = [0.0, 0.0]
+
+    path = _one_record(tmp_path, change)
+    dataset = pretraining_dataset(path, 1, 7, 2, False, vocab_size=99, type_vocab_size=2)
+    assert sum(1 for _ in dataset) == 1
+
+
+def test_the_pretraining_task_checks_values_against_its_config(tmp_path):
+    path = _one_record(tmp_path, _set("segment_ids", 2))
+    config = AlbertConfig.from_json_file("albert_tiny")  # type_vocab_size 2
+    task = PretrainingTask(config, path, 1, 1, 7, 2)
+    for dataset in (
+        task.train_dataset(tf.distribute.InputContext(), seed=1),
+        task.eval_dataset(tf.distribute.InputContext(), num_steps=1),
+    ):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="its segment_ids holds 2"):
+            next(iter(dataset))
+
+
+@pytest.mark.parametrize("compression", ["GZIP", "ZLIB"])
+def test_a_compressed_record_file_says_so(tmp_path, compression):
+    # GZIP files were reported as "not a TFRecord file ... pass only the pretraining records".
+    path = str(tmp_path / "shard.tfrecord.gz")
+    with tf.io.TFRecordWriter(path, options=compression) as writer:
+        writer.write(serialize_instance([2, 5, 3], [0, 0, 0], [1, 1, 1], [1], [5], 0, 7, 2))
+    with pytest.raises(RecordError) as error:
+        pretraining_dataset(path, 1, 7, 2, is_training=False)
+    if compression == "GZIP":
+        assert str(error.value) == (
+            f"{path} is gzip-compressed; pretraining TFRecords are read uncompressed (as the "
+            f"original's): decompress it (gunzip -c {path} > shard.tfrecord) and pass the "
+            "result in --input_file."
+        )
+    else:  # No magic bytes to recognise: still one line naming the file.
+        assert str(error.value).startswith(f"{path} is not a TFRecord file")
+
+
+@pytest.mark.parametrize(
+    "change, detail",
+    [
+        (_shortened("input_ids"), "Key: input_ids, Index: 1. Number of int64 values != expected"),
+        (lambda f: f.pop("masked_lm_weights"), "Feature: masked_lm_weights (data type: float) is"),
+    ],
+    ids=["short", "missing"],
+)
+def test_a_later_record_unlike_the_first_is_one_line(tmp_path, change, detail):
+    # Only a file's first record is checked up front; a later one failed inside tf.data as a
+    # TensorFlow traceback naming no file.
+    good = tf.train.Example.FromString(
+        serialize_instance([2, 5, 3], [0, 0, 0], [1, 1, 1], [1], [5], 0, 7, 2)
+    )
+    bad = tf.train.Example()
+    bad.CopyFrom(good)
+    change(bad.features.feature)
+    path = str(tmp_path / "shard")
+    with tf.io.TFRecordWriter(path) as writer:
+        for example in (good, bad):
+            writer.write(example.SerializeToString())
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+        list(pretraining_dataset(path, 2, 7, 2, is_training=False))
+    described = describe_failure(raised.value)
+    assert described.startswith(
+        "A record of --input_file (or --eval_input_file) is unlike the first record of its "
+        f"file ({detail}"
+    ), described
+    assert described.endswith(
+        "); every record must hold the same features and lengths: rebuild the records with "
+        "create_pretraining_data."
+    )
+
+
+@pytest.mark.parametrize(
+    "mask, ones",
+    [([1] * 7, 7), ([0] * 7, 0), ([1, 1, 1, 1, 0, 0, 0], 4), ([1, 0, 1, 0, 0, 0, 0], 2)],
+    ids=["covers_padding", "none", "one_pad", "hole"],
+)
+def test_a_mask_unlike_the_tokens_is_warned(tmp_path, caplog, mask, ones):
+    # The original attends wherever input_mask is 1, so such records still train (no error).
+    def change(feature):
+        feature["input_mask"].int64_list.value[:] = mask
+
+    path = _one_record(tmp_path, change)
+    assert sum(1 for _ in pretraining_dataset(path, 1, 7, 2, is_training=False)) == 1
+    assert (
+        f"{path}: the input_mask of its first record is not 1 for each of its 3 tokens and 0 "
+        f"for the padding after them (it holds {ones} ones)"
+    ) in caplog.text
+
+
+def test_a_mask_of_the_tokens_is_not_warned(tmp_path, caplog):
+    pretraining_dataset(_one_record(tmp_path, lambda f: None), 1, 7, 2, is_training=False)
+    assert "input_mask" not in caplog.text

@@ -277,6 +277,10 @@ def test_training_skips_answers_not_at_answer_start(tokenizer, caplog):
         features = convert_examples_to_features(examples, tokenizer, is_training=True)
     assert {f.example_index for f in features} == {1}
     assert "bad" in caplog.text
+    # Among thousands of per-question lines, one says how much of the file is unused.
+    assert "Skipped 1 of 2 training questions: their answer is missing, not at answer_start" in (
+        caplog.text
+    )
     # Prediction features do not look at answers: both examples get one.
     assert len(convert_examples_to_features(examples, tokenizer)) == 2
 

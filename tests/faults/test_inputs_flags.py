@@ -124,3 +124,44 @@ def test_pretraining_poly_power_must_be_finite():
         FlagError, match="^--poly_power must be finite. Received: --poly_power=inf$"
     ):
         training_flags.check_ranges(flag_values)
+
+
+@pytest.mark.parametrize(
+    "define, args, warned",
+    [
+        # Pretraining's default warmup (3125) with a short run.
+        (training_flags.define_pretraining_flags, ["--num_train_steps=1000"], "=3125 is"),
+        (
+            training_flags.define_pretraining_flags,
+            ["--num_train_steps=1000", "--num_warmup_steps=600", "--start_warmup_step=500"],
+            "=600 (after --start_warmup_step=500) is",
+        ),
+        (classification.define_classifier_flags, ["--train_step=8", "--warmup_step=10"], "=10 is"),
+    ],
+    ids=["pretraining_default", "start_warmup_step", "finetuning_given"],
+)
+def test_warmup_beyond_training_is_warned(caplog, define, args, warned):
+    # The original trains so too (the rate never peaks), so a warning, not an error.
+    training_flags.check_ranges(_parsed(define, *args))
+    assert f"--num_warmup_steps{warned} not below --num_train_steps=" in caplog.text
+    assert "never reaches --learning_rate" in caplog.text
+
+
+def test_warmup_within_training_or_from_the_table_is_not_warned(caplog):
+    training_flags.check_ranges(_parsed(training_flags.define_pretraining_flags))
+    flag_values = _parsed(classification.define_classifier_flags, "--train_step=7")
+    flag_values.num_warmup_steps = 320  # as the paper's table fills it (warned there)
+    training_flags.check_ranges(flag_values)
+    flag_values = _parsed(classification.define_classifier_flags, "--train_step=8")
+    training_flags.check_ranges(flag_values)  # no warmup at all
+    assert "never reaches" not in caplog.text
+
+
+@pytest.mark.parametrize("steps, warmup", [(12, 2), (600, 100), (6000, 100)])
+def test_the_quickstart_warmup_fits_its_steps(steps, warmup):
+    # The quickstart's smoke run (--num_train_steps=12) warmed up for 100 steps: the rate never
+    # peaked, and run_pretraining warned about a flag the quickstart does not take.
+    from albert.quickstart import Recipe, pretraining_command
+
+    command = pretraining_command("c", "t", "h", "m", Recipe(num_train_steps=steps))
+    assert f"--num_warmup_steps={warmup}" in command

@@ -115,3 +115,51 @@ def test_real_samples_still_read(task, folder):
     for split in ("train", "dev"):
         lines = (SHARED_GLUE / folder / f"{split}.tsv").read_text(encoding="utf-8").splitlines()
         assert len(read_examples(task, str(SHARED_GLUE), split)) == len(lines) - 1
+
+
+@pytest.mark.parametrize(
+    "task, name, content",
+    [
+        ("cola", "CoLA/train.tsv", "gj04\t1\t\tThe cat sat .\rgj04\t0\t*\tCat the sat .\r"),
+        ("sst-2", "SST-2/train.tsv", "sentence\tlabel\rA fine film .\t1\rA dull film .\t0"),
+    ],
+    ids=["headerless", "header"],
+)
+def test_cr_only_line_endings_are_one_line(tmp_path, task, name, content):
+    # CoLA read one example whose text ran across the CRs; SST-2 read none ("no rows").
+    path = tmp_path / name
+    path.parent.mkdir()
+    path.write_bytes(content.encode())
+    with pytest.raises(GlueDataError) as error:
+        read_examples(task, str(tmp_path), "train")
+    assert str(error.value) == (
+        f"{path} has CR (\\r) line endings, as old Mac editors write; convert it to \\n (or "
+        "\\r\\n) line endings, e.g. tr '\\r' '\\n'."
+    )
+
+
+def test_crlf_and_a_stray_cr_inside_a_field_still_read(tmp_path):
+    _write(tmp_path, "SST-2/train.tsv", [])
+    (tmp_path / "SST-2" / "train.tsv").write_bytes(
+        b"sentence\tlabel\r\nA fine\rfilm .\t1\r\nA dull film .\t0"
+    )
+    examples = read_examples("sst-2", str(tmp_path), "train")
+    assert [(e.text_a, e.label) for e in examples] == [
+        ("A fine\rfilm .", "1"),
+        ("A dull film .", "0"),
+    ]
+
+
+def test_a_latin1_character_far_into_the_file_names_its_line(tmp_path):
+    # The reader decodes 8 KB blocks: the error named the last line it had read (here 1).
+    rows = ["sentence\tlabel"] + [f"Film number {i} .\t1" for i in range(2000)]
+    rows[1500] = "Un film caf\xe9 .\t1"
+    path = tmp_path / "SST-2" / "train.tsv"
+    path.parent.mkdir()
+    path.write_bytes("\n".join(rows).encode("latin-1"))
+    with pytest.raises(GlueDataError) as error:
+        read_examples("sst-2", str(tmp_path), "train")
+    assert str(error.value) == (
+        f"{path} line 1501 is not UTF-8 text: is it a binary, UTF-16 or Latin-1 file? Pass the "
+        "GLUE TSV file as downloaded (UTF-8)."
+    )

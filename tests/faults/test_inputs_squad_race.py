@@ -137,3 +137,90 @@ def test_race_files_with_the_same_id_are_an_error(tmp_path):
         f"RACE files {str(folder / '1.txt')!r} and {str(folder / '2.txt')!r} both give the "
         "question id 'high1.txt-0'; give each article file its own \"id\"."
     )
+
+
+@pytest.mark.parametrize(
+    "qas, context, detail",
+    [
+        ([_qa("q1", question=None)], "Paris.", "its question is null, not a string"),
+        ([_qa("q1")], None, "its context is null, not a string"),
+        (
+            [_qa("q1", answers=[{"text": 1889, "answer_start": 0}])],
+            "Paris.",
+            "its answer text is 1889, not a string",
+        ),
+        # A truthy string: the answerable question was read as unanswerable.
+        ([_qa("q1", is_impossible="false")], "Paris.", 'its is_impossible is "false", not true'),
+    ],
+    ids=["null_question", "null_context", "number_answer", "string_is_impossible"],
+)
+def test_squad_fields_of_the_wrong_type_name_the_place(tmp_path, qas, context, detail):
+    # A null question or context failed in the tokenizer as an AttributeError traceback.
+    path = tmp_path / "train.json"
+    paragraph = {"context": context, "qas": qas}
+    path.write_text(json.dumps({"version": "v2.0", "data": [{"paragraphs": [paragraph]}]}))
+    with pytest.raises(SquadDataError) as error:
+        read_squad_examples(str(path))
+    place = "article 0 paragraph 0" + ("" if context is None else " question 0")
+    assert str(error.value) == (
+        f"SQuAD file {str(path)!r} is malformed at {place} ({detail}"
+        + ("" if detail.endswith("string") else " or false")
+        + "); is it a SQuAD v1.1 or v2.0 JSON file?"
+    )
+
+
+def test_squad_is_impossible_as_0_or_1_still_reads(tmp_path):
+    path = _squad(tmp_path / "train.json", [_qa("q1", is_impossible=0)], "v2.0")
+    assert read_squad_examples(path)[0].is_impossible is False
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"article": None}, "has the article None, not a string."),
+        ({"questions": [None]}, "question 0 is None with options ['a', 'b', 'c', 'd']; the "),
+        ({"options": [["a", None, "c", "d"]]}, "question 0 is 'Which?' with options ['a', None"),
+    ],
+    ids=["null_article", "null_question", "null_option"],
+)
+def test_race_fields_that_are_not_strings_name_the_file(tmp_path, change, message):
+    # They failed in the tokenizer or in str.replace as a TypeError traceback.
+    folder = tmp_path / "RACE" / "dev" / "high"
+    folder.mkdir(parents=True)
+    article = {
+        "article": "Text.",
+        "questions": ["Which?"],
+        "options": [["a", "b", "c", "d"]],
+        "answers": ["A"],
+    }
+    (folder / "1.txt").write_text(json.dumps({**article, **change}))
+    with pytest.raises(race.RaceDataError) as error:
+        race.read_race_examples(str(tmp_path), "dev", high_only=True)
+    assert str(error.value).startswith(f"RACE file {str(folder / '1.txt')!r} {message}")
+
+
+def _tiny_tokenizer():
+    from pathlib import Path
+
+    from albert.tokenization import FullTokenizer
+
+    model = Path(__file__).resolve().parents[1] / "fixtures" / "tokenizer" / "tiny.model"
+    return FullTokenizer(spm_model_file=str(model))
+
+
+@pytest.mark.parametrize(
+    "qas, is_training, reason",
+    [
+        ([_qa("q1", answers=[{"text": "Paris", "answer_start": 9}])], True, "no training "),
+        ([], False, "no question."),
+    ],
+    ids=["every_answer_skipped", "no_question"],
+)
+def test_squad_file_without_features_names_the_file(tmp_path, qas, is_training, reason):
+    # Was "No features to make a dataset of; the input split is empty.", naming no file.
+    from albert.data.squad import load_features
+
+    path = _squad(tmp_path / "train.json", qas)
+    with pytest.raises(SquadDataError) as error:
+        load_features(path, _tiny_tokenizer(), is_training, 32, 8, 8)
+    assert str(error.value).startswith(f"SQuAD file {path!r} has {reason}")

@@ -96,3 +96,11 @@ def test_metrics_of_an_empty_batch_are_zero_not_nan():
         0.0,
     )
     assert set(pretraining_metrics(sums).values()) == {0.0}
+
+
+def test_a_batch_without_masked_predictions_has_a_finite_loss():
+    # All weights 0 (short records, or padding): the original's 1e-5 keeps the MLM loss 0.
+    features, mlm_logits, sop_logits = _batch(2)
+    features["masked_lm_weights"] = np.zeros((B, P), "float32")
+    loss, sums = pretraining_loss(mlm_logits, sop_logits, features, _normalizers(features))
+    assert np.isfinite(float(loss)) and float(sums["masked_lm_loss_sum"]) == 0.0
