@@ -1,6 +1,6 @@
-"""A record damaged in the middle of one of several pretraining shards: the run stops with one
-line naming exactly that file (tf.data's own error, "corrupted record at <offset>", names
-none)."""
+"""A record damaged in the middle of one of several pretraining shards, or of a fine-tuning
+feature cache: the run stops with one line naming exactly that file (tf.data's own error,
+"corrupted record at <offset>", names none)."""
 
 import os
 import subprocess
@@ -12,7 +12,9 @@ import pytest
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
 sys.path.insert(0, str(TESTS / "training"))
+sys.path.insert(0, str(TESTS / "tasks"))
 
+import synthetic_glue  # noqa: E402
 import synthetic_pretraining  # noqa: E402
 
 # Slow tier: training subprocesses (~15 s each).
@@ -59,3 +61,30 @@ def test_pretraining_names_the_damaged_shard(tmp_path):
         ": remove it from --input_file or rebuild it with create_pretraining_data."
     )
     assert [shard for shard in shards if shard in line] == [shards[2]]
+
+
+def test_fine_tuning_names_the_damaged_feature_cache(tmp_path):
+    data_dir = synthetic_glue.write_sst2(tmp_path / "glue", num_train=200, num_dev=10)
+    config = synthetic_glue.write_config(tmp_path / "config.json")
+
+    def command(output_dir):
+        return [
+            sys.executable,
+            str(REPO / "run_classifier.py"),
+            *synthetic_glue.tiny_run_flags(data_dir, tmp_path / output_dir, config, "sst-2"),
+            f"--spm_model_file={synthetic_glue.SPM_MODEL}",
+            f"--cached_dir={tmp_path / 'cache'}",
+            "--do_train",
+            "--train_step=4",
+            "--save_checkpoints_steps=4",
+        ]
+
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+    subprocess.run(command("first"), env=env, check=True, capture_output=True, timeout=300)
+    (cache,) = (tmp_path / "cache").glob("*.tfrecord")
+    _flip_middle_byte(cache)  # the same size: the cache's size check passes it
+    line = _last_line(command("second"))
+    assert line.startswith(f"run_classifier.py: error: {cache} is damaged (corrupted record ")
+    assert line.endswith(
+        ": delete it and rerun, which rebuilds the feature cache from the task's data."
+    )
