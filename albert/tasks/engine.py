@@ -63,6 +63,7 @@ from absl import logging
 
 from albert.checkpoints import training_format
 from albert.data import features as feature_lib
+from albert.data import record_damage
 from albert.metrics import with_original_names, write_eval_results
 from albert.tasks import FineTuningError
 from albert.tasks.feature_files import FeatureFile, write_features_file
@@ -324,14 +325,21 @@ def run_with_flags(task, strategy, options, flag_values):
         check_export_target(task, flag_values.export_dir, options.output_dir)
     use_output_dir(task, options.output_dir)
     task.read_features(flag_values.do_train, flag_values.do_eval, flag_values.do_predict)
-    return run(
-        task,
-        strategy,
-        options,
-        training_flags.optimizer_fn_from_flags(flag_values),
-        do_predict=flag_values.do_predict,
-        export_dir=flag_values.export_dir,
-    )
+    # A cache damaged in the middle passes its size check and fails mid-run, naming no file.
+    with record_damage.naming_damaged_file(
+        lambda: [feature_file.path for feature_file in task._features.values()],
+        source="the feature caches",
+        remedy="delete {it} and rerun, which rebuilds the feature cache from the task's data",
+        error_class=FineTuningError,
+    ):
+        return run(
+            task,
+            strategy,
+            options,
+            training_flags.optimizer_fn_from_flags(flag_values),
+            do_predict=flag_values.do_predict,
+            export_dir=flag_values.export_dir,
+        )
 
 
 def run(task, strategy, options, optimizer_fn, do_predict=False, export_dir=None):

@@ -22,7 +22,7 @@ import tempfile
 
 from albert.checkpoints import CheckpointError, tf1, training_format
 from albert.config import AlbertConfig
-from albert.data import records
+from albert.data import record_damage, records
 from albert.modeling import AlbertPretrainer
 from albert.modeling.losses import loss_normalizers, pretraining_loss
 from albert.training import checkpointing, loop
@@ -200,4 +200,16 @@ def run_from_flags(flag_values):
         records.check_record_shapes(task.input_files, *shapes)
     if options.do_eval:
         records.check_record_shapes(task.eval_files, *shapes)
-    return loop.run(task, strategy, options, flags_lib.optimizer_fn_from_flags(flag_values))
+    read = (task.input_files if options.do_train else []) + (
+        task.eval_files if options.do_eval else []
+    )
+    evaluated_apart = flag_values.eval_input_file and options.do_eval
+    flags = "--input_file" + (" (or --eval_input_file)" if evaluated_apart else "")
+    # tf.data's error names no file: after a damaged record stops the run, find it.
+    with record_damage.naming_damaged_file(
+        list(dict.fromkeys(read)),
+        source=flags,
+        remedy=f"remove {{it}} from {flags} or rebuild {{it}} with create_pretraining_data",
+        error_class=records.RecordError,
+    ):
+        return loop.run(task, strategy, options, flags_lib.optimizer_fn_from_flags(flag_values))

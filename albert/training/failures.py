@@ -6,6 +6,9 @@ environmental failures, which otherwise surface as long TensorFlow or Python tra
 sentence naming the file and what to do:
 
     tf.errors.DataLossError                  a record, cache or checkpoint is corrupted
+                                             (a damaged record of a pretraining shard or
+                                             feature cache, whose error names no file, is
+                                             named by `albert.data.record_damage` first)
     OSError ENOSPC, "No space left"          the disk is full
     OSError EACCES/EPERM/EROFS,
     tf.errors.PermissionDeniedError          the output folder is read-only or not writable
