@@ -44,7 +44,7 @@ import tensorflow_text as tf_text
 from albert import fileio
 from albert.errors import AlbertError
 from albert.export import check_export_dir
-from albert.text_ops import InGraphTokenizer
+from albert.text_ops import InGraphTokenizer, strip_accents
 from albert.tokenization import SPIECE_UNDERLINE, load_spm_model
 
 SERVING_SIGNATURE = "serving_default"
@@ -153,6 +153,13 @@ class _QuestionAnsweringServing(tf.Module):
             tf.cast(is_char & (char_end - char_counts < finish[:, None]), tf.int32), 1
         )
         last = tf.maximum(last - 1, first)  # [B]
+        # Characters that normalise to nothing (the accent of "e" + U+0301) belong to the one
+        # before them, as in `squad_alignment`: else "café" written decomposed serves "cafe".
+        accents_stripped = chars.with_flat_values(strip_accents(chars.flat_values))
+        silent = is_char & (tf.strings.length(accents_stripped).to_tensor() == 0)  # [B, C]
+        positions = tf.range(tf.shape(char_counts)[1])  # [C]
+        stops = (positions > last[:, None]) & ~silent  # [B, C]
+        last = tf.reduce_min(tf.where(stops, positions, tf.shape(char_counts)[1]), 1) - 1
         char_bytes = tf.strings.length(chars).to_tensor()  # [B, C]
         char_starts = tf.cast(char_starts.to_tensor(), tf.int32)  # [B, C], bytes
         byte_begin = _take(char_starts, first)
