@@ -34,14 +34,14 @@ def weights_path(path: str) -> str:
     """The weights file `path` names: itself, or the one file a directory holds."""
     if path.endswith(_SUFFIX) or not os.path.isdir(path):
         return path
-    for name in (PRETRAINER_FILE, BACKBONE_FILE):
+    # A run's output_dir holds the final weights it exported too; it names its newest
+    # checkpoint (a TF `checkpoint` state file), as the README says. Those are the same
+    # weights until a resumed run saves past them and is killed: the export is then stale.
+    if os.path.isfile(os.path.join(path, "checkpoint")):
+        return path  # no weights file: `is_keras` is False
+    for name in (PRETRAINER_FILE, BACKBONE_FILE, MODEL_FILE):
         if os.path.isfile(os.path.join(path, name)):
             return os.path.join(path, name)
-    # A fine-tuning run's output_dir holds model.weights.h5 too; it names its newest
-    # checkpoint (a TF `checkpoint` state file), as the README says.
-    model_file = os.path.join(path, MODEL_FILE)
-    if os.path.isfile(model_file) and not os.path.isfile(os.path.join(path, "checkpoint")):
-        return model_file
     return os.path.join(path, PRETRAINER_FILE)
 
 
