@@ -18,7 +18,12 @@ from albert.checkpoints import (
     read_config,
     save_checkpoint,
 )
-from albert.modeling import AlbertBackbone, AlbertClassifier, AlbertPretrainer
+from albert.modeling import (
+    AlbertBackbone,
+    AlbertClassifier,
+    AlbertPretrainer,
+    AlbertQuestionAnswering,
+)
 from albert.training import checkpointing
 from albert.training.optimization import create_optimizer
 from tests.helpers import tiny_config
@@ -104,6 +109,20 @@ def test_a_fine_tuned_models_keras_directory_loads_by_its_directory(tmp_path):
     result = load_checkpoint(again, str(tmp_path))
     assert result.format == "keras" and result.initialised == []
     _assert_same_weights(again.weights, model.weights)
+
+
+def test_a_fine_tuned_models_weights_into_another_head_name_both_heads(tmp_path):
+    # MNLI's weights (3 labels) into an RTE model (2): the error said the file "was not saved
+    # from a AlbertClassifier", which it was.
+    save_checkpoint(AlbertClassifier(tiny_config(), num_labels=3), str(tmp_path), "keras")
+    with pytest.raises(
+        CheckpointError,
+        match="holds a classifier head of 3 labels, and this AlbertClassifier "
+        "has a classifier head of 2 labels",
+    ):
+        load_checkpoint(AlbertClassifier(tiny_config(), num_labels=2), str(tmp_path))
+    with pytest.raises(CheckpointError, match="has the SQuAD 1.1 span head"):
+        load_checkpoint(AlbertQuestionAnswering(tiny_config()), str(tmp_path))
 
 
 def test_a_whole_keras_model_file_is_named_as_such(tmp_path):
