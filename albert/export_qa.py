@@ -43,7 +43,7 @@ import tensorflow_text as tf_text
 
 from albert import fileio
 from albert.errors import AlbertError
-from albert.export import check_export_dir
+from albert.export import check_export_dir, check_max_seq_length
 from albert.text_ops import InGraphTokenizer, strip_accents
 from albert.tokenization import SPIECE_UNDERLINE, load_spm_model
 
@@ -278,6 +278,7 @@ def export_question_answering(
 
     Raises:
         QuestionAnsweringError: a v2 model, or a question budget leaving no context room.
+        ValueError: `max_seq_length` exceeds the model's position embeddings.
         FileExistsError: `export_dir` holds something other than a SavedModel
             (`albert.export.check_export_dir`).
         albert.tokenization.TokenizerError: the SentencePiece model cannot be read.
@@ -293,6 +294,7 @@ def export_question_answering(
             f"max_seq_length={max_seq_length} leaves no room for the context after "
             f"max_query_length={max_query_length} and 3 special tokens."
         )
+    check_max_seq_length(model, max_seq_length)
     tokenizer = InGraphTokenizer(spm_model_file, do_lower_case=do_lower_case)
     sp_model = load_spm_model(spm_model_file)
     detokenizer = tf_text.SentencepieceTokenizer(model=sp_model.serialized_model_proto())

@@ -132,6 +132,14 @@ def test_labels_must_match_the_model(tmp_path):
         export_classifier(_model(3, seed=0), SPM_MODEL, True, 8, ("0", "1"), str(tmp_path))
 
 
+def test_a_max_seq_length_over_the_position_embeddings_is_one_line(tmp_path):
+    # The trace failed deep in the embedding layer ("Dimensions must be equal ... [?,30,10],
+    # [1,20,10]"), a page of traceback.
+    with pytest.raises(ValueError, match="max_seq_length=30 exceeds the model's max_position_"):
+        export_classifier(_model(3, seed=0), SPM_MODEL, True, 30, glue.MNLI_LABELS, str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
 def _tree(path):
     return {p.relative_to(path): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 

@@ -245,3 +245,9 @@ def test_a_decomposed_accent_stays_with_the_answer_it_ends(do_lower_case):
         served = serving._original_text(batch, ids, first, last).numpy()
         expected = [context[starts[i] : ends[j] + 1].strip() for i, j in spans]
         assert [text.decode("utf-8") for text in served] == expected, context
+
+
+def test_a_max_seq_length_over_the_position_embeddings_is_one_line(tmp_path):
+    with pytest.raises(ValueError, match="max_seq_length=200 exceeds the model's max_position_"):
+        export_question_answering(_model(seed=0), SPM_MODEL, True, str(tmp_path / "e"), 200)
+    assert list(tmp_path.iterdir()) == []
