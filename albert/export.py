@@ -100,6 +100,17 @@ def check_export_dir(export_dir):
         )
 
 
+def check_max_seq_length(model, max_seq_length):
+    """Raises ValueError when `max_seq_length` exceeds the model's position embeddings (the
+    trace would fail deep inside the embedding layer instead)."""
+    positions = model.backbone.config.max_position_embeddings
+    if max_seq_length > positions:
+        raise ValueError(
+            f"max_seq_length={max_seq_length} exceeds the model's max_position_embeddings="
+            f"{positions}; export with the max_seq_length it was fine-tuned with."
+        )
+
+
 def export_classifier(
     model,
     spm_model_file,
@@ -127,7 +138,8 @@ def export_classifier(
         `export_dir`.
 
     Raises:
-        ValueError: `labels` does not match the model's number of outputs.
+        ValueError: `labels` does not match the model's number of outputs, or
+            `max_seq_length` exceeds its position embeddings.
         FileExistsError: `export_dir` holds something other than a SavedModel
             (`check_export_dir`).
         albert.tokenization.TokenizerError: the SentencePiece model cannot be read.
@@ -139,6 +151,7 @@ def export_classifier(
             f"export_classifier got {len(labels)} labels for a model with {num_outputs} "
             "outputs; pass the task's labels in class-id order (none for regression)."
         )
+    check_max_seq_length(model, max_seq_length)
     tokenizer = InGraphTokenizer(spm_model_file, do_lower_case=do_lower_case)
     module = _ClassifierServing(
         model, tokenizer, max_seq_length, labels, sentence_pair, threshold=threshold

@@ -43,8 +43,8 @@ import tensorflow_text as tf_text
 
 from albert import fileio
 from albert.errors import AlbertError
-from albert.export import check_export_dir
-from albert.text_ops import InGraphTokenizer
+from albert.export import check_export_dir, check_max_seq_length
+from albert.text_ops import InGraphTokenizer, strip_accents
 from albert.tokenization import SPIECE_UNDERLINE, load_spm_model
 
 SERVING_SIGNATURE = "serving_default"
@@ -153,6 +153,13 @@ class _QuestionAnsweringServing(tf.Module):
             tf.cast(is_char & (char_end - char_counts < finish[:, None]), tf.int32), 1
         )
         last = tf.maximum(last - 1, first)  # [B]
+        # Characters that normalise to nothing (the accent of "e" + U+0301) belong to the one
+        # before them, as in `squad_alignment`: else "café" written decomposed serves "cafe".
+        accents_stripped = chars.with_flat_values(strip_accents(chars.flat_values))
+        silent = is_char & (tf.strings.length(accents_stripped).to_tensor() == 0)  # [B, C]
+        positions = tf.range(tf.shape(char_counts)[1])  # [C]
+        stops = (positions > last[:, None]) & ~silent  # [B, C]
+        last = tf.reduce_min(tf.where(stops, positions, tf.shape(char_counts)[1]), 1) - 1
         char_bytes = tf.strings.length(chars).to_tensor()  # [B, C]
         char_starts = tf.cast(char_starts.to_tensor(), tf.int32)  # [B, C], bytes
         byte_begin = _take(char_starts, first)
@@ -271,6 +278,7 @@ def export_question_answering(
 
     Raises:
         QuestionAnsweringError: a v2 model, or a question budget leaving no context room.
+        ValueError: `max_seq_length` exceeds the model's position embeddings.
         FileExistsError: `export_dir` holds something other than a SavedModel
             (`albert.export.check_export_dir`).
         albert.tokenization.TokenizerError: the SentencePiece model cannot be read.
@@ -286,6 +294,7 @@ def export_question_answering(
             f"max_seq_length={max_seq_length} leaves no room for the context after "
             f"max_query_length={max_query_length} and 3 special tokens."
         )
+    check_max_seq_length(model, max_seq_length)
     tokenizer = InGraphTokenizer(spm_model_file, do_lower_case=do_lower_case)
     sp_model = load_spm_model(spm_model_file)
     detokenizer = tf_text.SentencepieceTokenizer(model=sp_model.serialized_model_proto())

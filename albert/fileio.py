@@ -138,9 +138,15 @@ def atomic_directory(path: str):
     deleted, so a reader sees the old folder or the new one, each whole (on local disks; on
     object stores such as gs:// a folder rename moves object by object). On an exception
     the temporary folder is deleted and `path` is left as it was.
+
+    A local `path` that is a symbolic link (a serving path pointing at a model folder) has its
+    target replaced and stays a link: renamed aside and deleted, the link itself would make
+    `rmtree` empty the target and then fail on the link, after the new folder is in place.
     """
     import tensorflow as tf
 
+    if "://" not in path and os.path.islink(path.rstrip("/")):
+        path = os.path.realpath(path)
     makedirs_for(path.rstrip("/"))
     temporary = temporary_path(path.rstrip("/"))
     try:

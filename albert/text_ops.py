@@ -84,11 +84,18 @@ def normalize_text(strings, do_lower_case=True):
     """
     strings = tf.strings.regex_replace(strings, _char_class("space") + "+", " ")
     strings = tf.strings.regex_replace(strings, "^ | $", "")
-    strings = tf_text.normalize_utf8(strings, "NFKD")
-    strings = tf.strings.regex_replace(strings, _char_class("combining"), "")
+    strings = strip_accents(strings)
     if do_lower_case:
         strings = _lower(strings)
     return strings
+
+
+@_graph_only
+def strip_accents(strings):
+    """NFKD with combining marks removed: `preprocess_text`'s accent step alone (no
+    whitespace or case change), so a lone decomposed accent ("\u0301") becomes ""."""
+    strings = tf_text.normalize_utf8(strings, "NFKD")
+    return tf.strings.regex_replace(strings, _char_class("combining"), "")
 
 
 def _lower(strings):

@@ -2,6 +2,7 @@
 and tensorflow-text, they give the Keras model's outputs on the same text."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from albert import fileio
 from albert.data import glue
 from albert.export import _ClassifierServing, export_classifier
 from albert.modeling import AlbertBackbone, AlbertClassifier
@@ -130,6 +132,14 @@ def test_labels_must_match_the_model(tmp_path):
         export_classifier(_model(3, seed=0), SPM_MODEL, True, 8, ("0", "1"), str(tmp_path))
 
 
+def test_a_max_seq_length_over_the_position_embeddings_is_one_line(tmp_path):
+    # The trace failed deep in the embedding layer ("Dimensions must be equal ... [?,30,10],
+    # [1,20,10]"), a page of traceback.
+    with pytest.raises(ValueError, match="max_seq_length=30 exceeds the model's max_position_"):
+        export_classifier(_model(3, seed=0), SPM_MODEL, True, 30, glue.MNLI_LABELS, str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
 def _tree(path):
     return {p.relative_to(path): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
@@ -171,6 +181,24 @@ def test_an_empty_sentence_b_is_served_as_fine_tuning_packs_it():
     logits = _keras_logits(model, "mnli", sentences_a, sentences_b)
     probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     assert np.max(np.abs(served["probabilities"].numpy() - probabilities)) < 1e-5
+
+
+def test_an_export_dir_that_is_a_symlink_has_its_target_replaced(tmp_path):
+    # A serving path often links to a model folder (serving -> disk/mnli_v1). Moved aside and
+    # deleted as a folder, the link made rmtree empty the old SavedModel and then fail after
+    # the new one was in place: the run ended in an error and the link was gone.
+    target = tmp_path / "disk" / "mnli_v1"
+    target.mkdir(parents=True)
+    (target / "saved_model.pb").write_bytes(b"old")
+    link = tmp_path / "serving"
+    link.symlink_to(target)
+    with fileio.atomic_directory(str(link)) as temporary:
+        os.makedirs(temporary)
+        Path(temporary, "saved_model.pb").write_bytes(b"new")
+    assert link.is_symlink() and link.resolve() == target
+    assert _tree(target) == {Path("saved_model.pb"): b"new"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["disk", "serving"]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["mnli_v1"]
 
 
 def test_an_export_dir_holding_other_files_is_refused_and_left_whole(tmp_path):

@@ -7,11 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_text as tf_text
 
-from albert.data import squad, squad_postprocessing
-from albert.export_qa import best_span, export_question_answering
+from albert.data import squad, squad_alignment, squad_postprocessing
+from albert.export_qa import _QuestionAnsweringServing, best_span, export_question_answering
 from albert.modeling import AlbertBackbone, AlbertQuestionAnswering
-from albert.tokenization import FullTokenizer
+from albert.text_ops import InGraphTokenizer
+from albert.tokenization import FullTokenizer, load_spm_model
 from tests.helpers import tiny_config
 
 TESTS = Path(__file__).resolve().parent
@@ -213,3 +215,39 @@ def test_spans_come_from_the_n_best_starts_and_ends_as_predictions_json(tmp_path
         model, tmp_path / "export", questions, contexts, max_seq_length, max_query_length
     )
     assert served == predictions
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_a_decomposed_accent_stays_with_the_answer_it_ends(do_lower_case):
+    # Text written decomposed (macOS, some scraped pages: "e" + U+0301) normalises the accent
+    # to nothing; predictions.json keeps it with the character before it ("café"), and so
+    # must the served answer of every span (it was "cafe", and "A" for "Å").
+    contexts = ["the cafe\u0301 bar", "A\u030a end", "x n\u0303", "cre\u0300me bru\u0302le\u0301e"]
+    sp_model = load_spm_model(SPM_MODEL)
+    serving = _QuestionAnsweringServing(
+        _model(seed=0),
+        InGraphTokenizer(SPM_MODEL, do_lower_case=do_lower_case),
+        tf_text.SentencepieceTokenizer(model=sp_model.serialized_model_proto()),
+        sp_model.unk_id(),
+        MAX_SEQ_LENGTH,
+        MAX_QUERY_LENGTH,
+        MAX_ANSWER_LENGTH,
+        n_best_size=20,
+    )
+    tokenizer = FullTokenizer(spm_model_file=SPM_MODEL, do_lower_case=do_lower_case)
+    for context in contexts:
+        tokens = tokenizer.tokenize(context)
+        starts, ends = squad_alignment.align_tokens(context, tokens, do_lower_case)
+        spans = [(i, j) for i in range(len(tokens)) for j in range(i, len(tokens))]
+        first, last = (tf.constant(index) for index in zip(*spans, strict=True))
+        batch = tf.constant([context] * len(spans))
+        ids = serving.tokenizer.tokenize(batch)
+        served = serving._original_text(batch, ids, first, last).numpy()
+        expected = [context[starts[i] : ends[j] + 1].strip() for i, j in spans]
+        assert [text.decode("utf-8") for text in served] == expected, context
+
+
+def test_a_max_seq_length_over_the_position_embeddings_is_one_line(tmp_path):
+    with pytest.raises(ValueError, match="max_seq_length=200 exceeds the model's max_position_"):
+        export_question_answering(_model(seed=0), SPM_MODEL, True, str(tmp_path / "e"), 200)
+    assert list(tmp_path.iterdir()) == []

@@ -57,8 +57,8 @@ def _training():
 def detect_format(path: str) -> str:
     """ "hf", "keras", "training" or "tf1" for the checkpoint at `path`.
 
-    A run directory holding both is "keras" (its exported final weights); `load_any` prefers
-    its newest training checkpoint instead.
+    A run directory (a TF `checkpoint` state file) is its newest checkpoint, not the Keras
+    weights it exported beside it (stale once a resumed run has saved past them).
 
     Raises:
         CheckpointError: `path` holds none of them.

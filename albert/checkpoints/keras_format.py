@@ -13,15 +13,24 @@ from __future__ import annotations
 import os
 import uuid
 
+from albert.checkpoints.stored_model import stored_task_head
 from albert.checkpoints.table import (
     BACKBONE,
+    CLASSIFIER,
+    SQUAD_V1,
+    SQUAD_V2,
     CheckpointError,
     LoadResult,
     check_config,
     model_parts,
 )
 from albert.config import AlbertConfig
-from albert.modeling import AlbertBackbone, AlbertPretrainer
+from albert.modeling import (
+    AlbertBackbone,
+    AlbertClassifier,
+    AlbertPretrainer,
+    AlbertQuestionAnswering,
+)
 
 CONFIG_FILE = "albert_config.json"
 PRETRAINER_FILE = "pretrainer.weights.h5"
@@ -34,14 +43,14 @@ def weights_path(path: str) -> str:
     """The weights file `path` names: itself, or the one file a directory holds."""
     if path.endswith(_SUFFIX) or not os.path.isdir(path):
         return path
-    for name in (PRETRAINER_FILE, BACKBONE_FILE):
+    # A run's output_dir holds the final weights it exported too; it names its newest
+    # checkpoint (a TF `checkpoint` state file), as the README says. Those are the same
+    # weights until a resumed run saves past them and is killed: the export is then stale.
+    if os.path.isfile(os.path.join(path, "checkpoint")):
+        return path  # no weights file: `is_keras` is False
+    for name in (PRETRAINER_FILE, BACKBONE_FILE, MODEL_FILE):
         if os.path.isfile(os.path.join(path, name)):
             return os.path.join(path, name)
-    # A fine-tuning run's output_dir holds model.weights.h5 too; it names its newest
-    # checkpoint (a TF `checkpoint` state file), as the README says.
-    model_file = os.path.join(path, MODEL_FILE)
-    if os.path.isfile(model_file) and not os.path.isfile(os.path.join(path, "checkpoint")):
-        return model_file
     return os.path.join(path, PRETRAINER_FILE)
 
 
@@ -92,6 +101,8 @@ def load(model, path: str) -> LoadResult:
     saved_by = {PRETRAINER_FILE: AlbertPretrainer, BACKBONE_FILE: AlbertBackbone}.get(
         os.path.basename(file)
     )
+    if saved_by is None:
+        _check_task_head(model, file)
     target, ignored = _load_into(model, backbone, file, saved_by)
     loaded = {id(v) for v in target.weights}
     return LoadResult(
@@ -117,6 +128,33 @@ def _load_into(model, backbone, file: str, saved_by) -> tuple:
     backbone.set_weights(pretrainer.backbone.get_weights())
     heads = pretrainer.masked_lm_head.weights + pretrainer.sentence_order_head.weights
     return backbone, [v.path for v in heads]
+
+
+def _check_task_head(model, file: str) -> None:
+    """Raises CheckpointError when `file` holds another task head than `model` has (MNLI's
+    three labels into RTE's two): Keras would only say the head 'received 0 variables'."""
+    stored, wanted = stored_task_head(file, "keras"), _task_head(model)
+    if stored != wanted:
+        raise CheckpointError(
+            f"{file} holds {_head_name(*stored)}, and this {type(model).__name__} has "
+            f"{_head_name(*wanted)}; load it into a model with the same head."
+        )
+
+
+def _task_head(model) -> tuple:
+    """(kind, num_labels) of `model`'s head, as `stored_task_head` names a stored one."""
+    if isinstance(model, AlbertClassifier):  # AlbertMultipleChoice too: one label
+        return CLASSIFIER, model.num_labels
+    if isinstance(model, AlbertQuestionAnswering):
+        return (SQUAD_V2 if model.version_2_with_negative else SQUAD_V1), None
+    return None, None
+
+
+def _head_name(kind, num_labels) -> str:
+    names = {SQUAD_V1: "the SQuAD 1.1 span head", SQUAD_V2: "the SQuAD 2.0 head"}
+    if kind == CLASSIFIER:
+        return f"a classifier head of {num_labels} label{'s' if num_labels != 1 else ''}"
+    return names.get(kind, "no task head")
 
 
 def _load_weights(model, file: str) -> None:

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from checkpoint_testing import (
     HF_FIXTURE,
     random_arrays,
@@ -17,7 +18,14 @@ from albert.checkpoints import (
     read_config,
     save_checkpoint,
 )
-from albert.modeling import AlbertBackbone, AlbertClassifier, AlbertPretrainer
+from albert.modeling import (
+    AlbertBackbone,
+    AlbertClassifier,
+    AlbertPretrainer,
+    AlbertQuestionAnswering,
+)
+from albert.training import checkpointing
+from albert.training.optimization import create_optimizer
 from tests.helpers import tiny_config
 
 
@@ -103,8 +111,54 @@ def test_a_fine_tuned_models_keras_directory_loads_by_its_directory(tmp_path):
     _assert_same_weights(again.weights, model.weights)
 
 
+def test_a_fine_tuned_models_weights_into_another_head_name_both_heads(tmp_path):
+    # MNLI's weights (3 labels) into an RTE model (2): the error said the file "was not saved
+    # from a AlbertClassifier", which it was.
+    save_checkpoint(AlbertClassifier(tiny_config(), num_labels=3), str(tmp_path), "keras")
+    with pytest.raises(
+        CheckpointError,
+        match="holds a classifier head of 3 labels, and this AlbertClassifier "
+        "has a classifier head of 2 labels",
+    ):
+        load_checkpoint(AlbertClassifier(tiny_config(), num_labels=2), str(tmp_path))
+    with pytest.raises(CheckpointError, match="has the SQuAD 1.1 span head"):
+        load_checkpoint(AlbertQuestionAnswering(tiny_config()), str(tmp_path))
+
+
 def test_a_whole_keras_model_file_is_named_as_such(tmp_path):
     # Not "No TF1 checkpoint at m.keras (expected the file m.keras.index)".
     AlbertBackbone(tiny_config()).save(tmp_path / "m.keras")
     with pytest.raises(CheckpointError, match=r"m.keras is a whole Keras model.*load_model"):
         load_checkpoint(AlbertBackbone(tiny_config()), str(tmp_path / "m.keras"))
+
+
+def _write_training_checkpoint(model, directory, step):
+    """What the training loop writes at `step`: model.ckpt-<step> and the state file."""
+    global_step = tf.Variable(step, dtype=tf.int64)
+    optimizer, _ = create_optimizer("adamw", 1e-3, 10, global_step=global_step)
+    optimizer.build(model.trainable_variables)
+    saver = checkpointing.TrainingCheckpoints(
+        str(directory), str(directory), model, optimizer, global_step, max_to_keep=3
+    )
+    return saver.save(step)
+
+
+@pytest.mark.parametrize("build", [AlbertPretrainer, lambda c: AlbertClassifier(c, 3)])
+def test_a_run_directory_is_its_newest_checkpoint_not_a_stale_export(tmp_path, build):
+    # A finished run exported its final weights beside its checkpoints; resumed for more
+    # steps and killed, its newest checkpoint is past them. convert_checkpoint --input=<run>
+    # read the pretrainer's export: older weights, written under the newer global_step.
+    exported = randomize(build(tiny_config()), seed=1)
+    _write_training_checkpoint(exported, tmp_path, 6)
+    save_checkpoint(exported, str(tmp_path), "keras")
+    newest = randomize(build(tiny_config()), seed=2)
+    _write_training_checkpoint(newest, tmp_path, 9)
+
+    assert detect_format(str(tmp_path)) == "training"
+    model = build(tiny_config())
+    assert load_checkpoint(model, str(tmp_path)).format == "training"
+    _assert_same_weights(model.weights, newest.weights)
+    # The export still loads by its own name.
+    (file,) = tmp_path.glob("*.weights.h5")
+    assert load_checkpoint(model, str(file)).format == "keras"
+    _assert_same_weights(model.weights, exported.weights)

@@ -142,8 +142,13 @@ def test_load_checkpoint_reads_a_training_checkpoint_and_the_run_directory(train
     output_dir, _ = trained
     config = AlbertConfig.from_json_file(str(output_dir / "albert_config.json"))
     expected = _model_weights(output_dir / "model.ckpt-6")
-    # The run directory holds the final weights in the Keras format, equal to the last step's.
-    for path, format_name in ((output_dir / "model.ckpt-6", "training"), (output_dir, "keras")):
+    # The run directory is its newest checkpoint; the final weights it exported in the Keras
+    # format beside it are the same.
+    for path, format_name in (
+        (output_dir / "model.ckpt-6", "training"),
+        (output_dir, "training"),
+        (output_dir / "pretrainer.weights.h5", "keras"),
+    ):
         model = AlbertPretrainer(config)
         assert load_checkpoint(model, str(path)).format == format_name
         for weight in model.weights:
