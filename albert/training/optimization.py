@@ -34,6 +34,7 @@ class OptimizerError(AlbertError):
     """An optimizer name or setting the training code cannot use."""
 
 
+@keras.saving.register_keras_serializable(package="albert")
 class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
     """The original schedule: linear warmup, then polynomial decay to 0 at `decay_steps`.
 
@@ -100,6 +101,7 @@ def _matches_any(variable, patterns):
     return any(re.search(pattern, name) for pattern in patterns)
 
 
+@keras.saving.register_keras_serializable(package="albert")
 class AdamWeightDecay(keras.optimizers.Optimizer):
     """The original `AdamWeightDecayOptimizer`: Adam without bias correction, decoupled decay.
 
@@ -159,7 +161,7 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
         dtype = variable.dtype
-        gradient = ops.cast(gradient, dtype)
+        gradient = ops.cast(_dense(gradient), dtype)
         m, v = self._m[index], self._v[index]
         next_m = self.beta_1 * m + (1.0 - self.beta_1) * gradient
         next_v = self.beta_2 * v + (1.0 - self.beta_2) * ops.square(gradient)
@@ -194,6 +196,7 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
         return config
 
 
+@keras.saving.register_keras_serializable(package="albert")
 class Lamb(AdamWeightDecay):
     """The original `LAMBOptimizer`: `AdamWeightDecay`'s update times the trust ratio.
 
@@ -203,6 +206,17 @@ class Lamb(AdamWeightDecay):
     """
 
     layer_adaptation = True
+
+
+def _dense(gradient):
+    """`gradient` as a dense tensor. Under TensorFlow an embedding's gradient from
+    `model.fit` is an IndexedSlices, which Python arithmetic does not take; the original's
+    optimizers update m and v densely too (its tf.multiply densifies the slices)."""
+    if type(gradient).__name__ != "IndexedSlices":
+        return gradient
+    import tensorflow as tf  # only TensorFlow makes IndexedSlices
+
+    return tf.convert_to_tensor(gradient)
 
 
 def trust_ratio(variable, update):

@@ -232,3 +232,34 @@ def test_steps_before_start_warmup_step_are_warned(caplog):
     loop._warn_negative_rates(schedule, 5, 100)  # resumed at the start: as meant
     loop._warn_negative_rates(WarmupPolynomialDecay(1e-3, 100, 0, 5), 0, 100)  # no warmup
     assert "negative" not in caplog.text
+
+
+@pytest.mark.slow  # ~5 s each on an idle 2-core machine (fit, save, load)
+@pytest.mark.parametrize("optimizer_class", [Lamb, AdamWeightDecay])
+def test_keras_fit_and_save_with_the_original_optimizers(tmp_path, optimizer_class):
+    """`model.fit` hands the embedding's gradient over as IndexedSlices (TensorFlow), and a
+    compiled model's `.keras` file names its optimizer and schedule: both must work."""
+    from albert.modeling import AlbertClassifier
+
+    model = AlbertClassifier(tiny_config(), num_labels=2)
+    schedule = WarmupPolynomialDecay(1e-3, decay_steps=10, warmup_steps=2)
+    model.compile(
+        optimizer=optimizer_class(schedule),
+        loss={"logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)},
+    )
+    rng = np.random.default_rng(0)
+    x = {
+        "input_ids": rng.integers(1, 30, (8, 12)).astype("int32"),
+        "input_mask": np.ones((8, 12), "int32"),
+        "segment_ids": np.zeros((8, 12), "int32"),
+    }
+    words = model.backbone.word_embeddings.numpy().copy()
+    model.fit(x, {"logits": rng.integers(0, 2, (8,))}, epochs=3, verbose=0)  # step 0: rate 0
+    assert not np.array_equal(model.backbone.word_embeddings.numpy(), words)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    assert type(loaded.optimizer) is optimizer_class
+    assert loaded.optimizer.get_config() == model.optimizer.get_config()
+    np.testing.assert_array_equal(
+        loaded.predict(x, verbose=0)["logits"], model.predict(x, verbose=0)["logits"]
+    )
