@@ -198,7 +198,7 @@ def define_classifier_flags(flag_values=flags.FLAGS):
         "threshold_to_export",
         float("nan"),
         "A decision threshold to serve with the --export_dir SavedModel: its signature then "
-        "also returns `threshold` (float32 scalar) with every prediction. NaN: none.",
+        "also returns `threshold` (float32 [batch], the same value for every row). NaN: none.",
         flag_values=flag_values,
     )
 
