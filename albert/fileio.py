@@ -137,7 +137,8 @@ def atomic_directory(path: str):
     An existing `path` is moved aside, the new folder renamed into place, and the old one
     deleted, so a reader sees the old folder or the new one, each whole (on local disks; on
     object stores such as gs:// a folder rename moves object by object). On an exception
-    the temporary folder is deleted and `path` is left as it was.
+    the temporary folder is deleted and `path` is left as it was (the old folder is renamed
+    back when the new one cannot be renamed into place).
 
     A local `path` that is a symbolic link (a serving path pointing at a model folder) has its
     target replaced and stays a link: renamed aside and deleted, the link itself would make
@@ -155,7 +156,12 @@ def atomic_directory(path: str):
         if tf.io.gfile.exists(path):
             old = temporary_path(path.rstrip("/"))
             tf.io.gfile.rename(path, old)
-        tf.io.gfile.rename(temporary, path)
+        try:
+            tf.io.gfile.rename(temporary, path)
+        except BaseException:
+            if old:  # The old folder goes back: `path` is never left missing by an error.
+                tf.io.gfile.rename(old, path)
+            raise
         if old:
             tf.io.gfile.rmtree(old)
     except BaseException:

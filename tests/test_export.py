@@ -201,6 +201,27 @@ def test_an_export_dir_that_is_a_symlink_has_its_target_replaced(tmp_path):
     assert sorted(p.name for p in target.parent.iterdir()) == ["mnli_v1"]
 
 
+def test_a_failed_rename_into_place_puts_the_old_folder_back(tmp_path, monkeypatch):
+    folder = tmp_path / "serving"
+    folder.mkdir()
+    (folder / "saved_model.pb").write_bytes(b"old")
+    rename, into_place = tf.io.gfile.rename, []
+
+    def failing_rename(source, target, overwrite=False):
+        into_place.append(target == str(folder))
+        if into_place.count(True) == 1 and into_place[-1]:  # the new folder into place
+            raise tf.errors.UnavailableError(None, None, "storage went away")
+        return rename(source, target, overwrite)
+
+    monkeypatch.setattr(tf.io.gfile, "rename", failing_rename)
+    with pytest.raises(tf.errors.UnavailableError):
+        with fileio.atomic_directory(str(folder)) as temporary:
+            os.makedirs(temporary)
+            Path(temporary, "saved_model.pb").write_bytes(b"new")
+    assert _tree(folder) == {Path("saved_model.pb"): b"old"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["serving"]
+
+
 def test_an_export_dir_holding_other_files_is_refused_and_left_whole(tmp_path):
     # The export replaces a folder whole: an earlier SavedModel, yes; a folder of anything else
     # (a run's checkpoints, a home directory) must not be deleted to make room for it.
