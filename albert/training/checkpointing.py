@@ -269,6 +269,32 @@ class TrainingCheckpoints:
             if match and int(match.group(1)) not in kept:
                 tf.io.gfile.remove(path)
 
+    # --- Leftovers of killed writes ------------------------------------------------------
+
+    def remove_unfinished_writes(self):
+        """Deletes what writes killed midway left in this worker's folders.
+
+        TensorFlow writes a checkpoint under `<prefix>_temp/` and merges it into `<prefix>.*`
+        only at the end; `fileio` and the Keras export write under `.tmp-` names (the
+        `model.ckpt-best` copy, `*.weights.h5`). A run killed during one of those leaves
+        files of up to a whole checkpoint's size that no later save, rename or
+        `max_to_keep` ever removes, one more with every such kill. Called once the run holds
+        `output_dir` (its lock): no other process writes there. Each worker cleans its own
+        input-state folder; the chief, `output_dir` itself.
+        """
+        folders = [os.path.dirname(self._input_state_prefix(0))]
+        if self.write_dir == self.output_dir:
+            folders.append(self.output_dir)
+        for folder in folders:
+            for path in tf.io.gfile.glob(os.path.join(folder, "*")):
+                name = os.path.basename(path)
+                if fileio.is_temporary(name) or re.fullmatch(r".*ckpt-\d+_temp", name):
+                    logging.info("Removing %s, left by a write killed midway.", path)
+                    if tf.io.gfile.isdir(path):
+                        tf.io.gfile.rmtree(path)
+                    else:
+                        tf.io.gfile.remove(path)
+
     # --- Save / restore ------------------------------------------------------------------
 
     def save(self, step):

@@ -137,6 +137,7 @@ def _run_locked(task, strategy, options, optimizer_fn):
             logging.info("Initialising the model from %s.", options.init_checkpoint)
             task.load_initial_weights(state.model, options.init_checkpoint)
         # Validated: the first write into output_dir.
+        state.checkpoints.remove_unfinished_writes()
         if state.chief:
             task.prepare_output_dir(options.output_dir)
         results = {}

@@ -99,3 +99,27 @@ def test_every_checkpoint_damaged_is_one_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match=r"No checkpoint in .* can be read"):
         tiny_pretraining_run(tmp_path, output_dir, num_train_steps=4)
     assert {p: p.read_bytes() for p in output_dir.rglob("*") if p.is_file()} == before
+
+
+def test_a_rerun_removes_what_writes_killed_midway_left(tmp_path):
+    # What a SIGKILL during each write leaves (seen in a randomized kill audit): TensorFlow's
+    # sharded save writes `<prefix>_temp/part-...tempstate<n>` and merges it into the
+    # checkpoint only at the end; the model.ckpt-best copy and the Keras export write under
+    # `.tmp-` names. No later save or rename removed them: one checkpoint's size per kill.
+    output_dir = tmp_path / "run"
+    tiny_pretraining_run(tmp_path, output_dir, num_train_steps=4)
+    part = "part-00000-of-00001.data-00000-of-00001.tempstate8301734466204712419"
+    leftovers = [
+        output_dir / "model.ckpt-8_temp" / part,
+        output_dir / "input_state" / "worker_0" / "ckpt-8_temp" / part,
+        output_dir / ".model.ckpt-best.data-00000-of-00001.tmp-0123456789abcdef",
+        output_dir / "pretrainer.tmp-0123456789abcdef.weights.h5",
+    ]
+    for path in leftovers:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"\0" * 1000)
+    tiny_pretraining_run(tmp_path, output_dir)
+    remaining = [p for p in output_dir.rglob("*") if "_temp" in p.name or ".tmp-" in p.name]
+    assert remaining == []
+    assert checkpointing.is_intact(str(output_dir / "model.ckpt-8"))
+    assert (output_dir / "pretrainer.weights.h5").exists()
