@@ -144,7 +144,12 @@ def define_checkpoint_flags(
         save_checkpoints_steps,
         "Steps between checkpoints.",
     )
-    define(flags.DEFINE_integer, "keep_checkpoint_max", keep_checkpoint_max, "Checkpoints kept.")
+    define(
+        flags.DEFINE_integer,
+        "keep_checkpoint_max",
+        keep_checkpoint_max,
+        "Newest checkpoints kept; 0 keeps all (the original's meaning).",
+    )
     define(
         flags.DEFINE_integer,
         "iterations_per_loop",
@@ -228,7 +233,6 @@ NUMERIC_RANGES = {
         "predict_batch_size",
         "max_seq_length",
         "save_checkpoints_steps",
-        "keep_checkpoint_max",
         "iterations_per_loop",
         "num_tpu_cores",
         "max_predictions_per_seq",
@@ -237,7 +241,14 @@ NUMERIC_RANGES = {
     # poly_power 0 is a constant rate after warmup (the quickstart's recipe); a learning rate
     # of 0 keeps the weights as loaded (tests use it; a warning says so), a negative one is
     # refused.
-    "non_negative": ("learning_rate", "num_warmup_steps", "start_warmup_step", "poly_power"),
+    # keep_checkpoint_max 0 keeps every checkpoint, as the original's RunConfig does.
+    "non_negative": (
+        "learning_rate",
+        "num_warmup_steps",
+        "start_warmup_step",
+        "poly_power",
+        "keep_checkpoint_max",
+    ),
     "probability": ("albert_dropout_prob", "classifier_dropout_prob"),
 }
 
