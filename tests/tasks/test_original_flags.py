@@ -347,3 +347,28 @@ def test_export_dir_alone_is_something_to_do(tmp_path):
 def test_checkpoint_cadence_is_the_original_scripts(script, steps):
     # Each original script's --save_checkpoints_steps default (run_race.py's is 100).
     assert flag_values_of(script).save_checkpoints_steps == steps
+
+
+@pytest.mark.parametrize(
+    "args, kept",
+    [
+        (["--do_train", "--nodo_eval"], 0),  # run_glue.sh's first command: every checkpoint
+        (["--do_train", "--nodo_eval", "--keep_checkpoint_max=3"], 3),
+        (["--do_train", "--do_eval"], 5),  # the best is kept as model.ckpt-best meanwhile
+    ],
+)
+def test_training_without_eval_keeps_every_checkpoint_as_the_original(tmp_path, args, kept):
+    # The original fine-tuning scripts keep every checkpoint (RunConfig(keep_checkpoint_max=0))
+    # for the later --do_eval run to choose among; the newest 5 only left the others out.
+    flag_values = flag_values_of(
+        "run_classifier",
+        "--task_name=sst-2",
+        f"--data_dir={tmp_path}",
+        f"--output_dir={tmp_path}",
+        f"--spm_model_file={synthetic.SPM_MODEL}",
+        f"--albert_config_file={synthetic.write_config(tmp_path / 'config.json')}",
+        "--max_seq_length=32",
+        *args,
+    )
+    setup = finetuning_flags.setup_from_flags(flag_values, classification.glue_task_key)
+    assert setup.options.keep_checkpoint_max == kept
