@@ -110,6 +110,13 @@ def define_finetuning_flags(
         ),
     ):
         define(name, default, help_text, flag_values=flag_values)
+    for field in dataclasses.fields(hyperparameters.Hyperparameters):
+        flag = flag_values[field.name]
+        if "paper" not in flag.help:  # --albert_dropout_prob says so already
+            flag.help += (
+                " Default: the paper's value for the task (logged), where the original "
+                "scripts have one fixed default."
+            )
     for alias in aliases:
         flags.DEFINE_alias(alias, ORIGINAL_ALIASES[alias], flag_values=flag_values)
 

@@ -158,6 +158,11 @@ def define_checkpoint_flags(
     )
 
 
+# Said in the help of the --do_* flags the original defaults to true (run_pretraining's
+# --do_train, run_race's --do_train and --do_eval): here every one is passed explicitly.
+EXPLICIT_DO = " (The original script defaults this to true; here it must be passed.)"
+
+
 def define_pretraining_flags(flag_values=FLAGS):
     """Every run_pretraining.py flag, with the original's defaults."""
     define_run_flags(
@@ -177,6 +182,7 @@ def define_pretraining_flags(flag_values=FLAGS):
         flag_values=flag_values,
     )
     define_strategy_flags(flag_values)
+    flag_values["do_train"].help += EXPLICIT_DO
     define = _definer(flag_values)
     define(flags.DEFINE_string, "input_file", None, "Pretraining TFRecords: comma-separated globs.")
     define(flags.DEFINE_string, "eval_input_file", None, "Eval TFRecords (default: --input_file).")
