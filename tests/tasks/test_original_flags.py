@@ -2,7 +2,10 @@
 epochs and warmup proportion as steps, TF-Hub module folders, RACE defaults by model version,
 the exported classifier's threshold, the feature-file flags as cache directories."""
 
+import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -520,3 +523,42 @@ def _assert_same_type_and_default(script, flag_values, expected):
 def test_original_flags_keep_their_type_and_default(script):
     # Same type and default as the original, or a difference its help (and the README) gives.
     _assert_same_type_and_default(script, flag_values_of(script), ORIGINAL_DEFAULTS[script])
+
+
+def test_create_pretraining_data_flags_are_the_originals():
+    expected = {
+        **dict.fromkeys(["input_file", "output_file", "vocab_file", "spm_model_file"]),
+        "input_file_mode": "r",
+        "do_lower_case": True,
+        "do_whole_word_mask": True,
+        "do_permutation": False,
+        "favor_shorter_ngram": True,
+        "random_next_sentence": False,
+        "max_seq_length": 512,
+        "ngram": 3,
+        "max_predictions_per_seq": 20,
+        "random_seed": 12345,
+        "dupe_factor": 40,
+        "masked_lm_prob": 0.15,
+        "short_seq_prob": 0.1,
+        "parallel": False,
+    }
+    # The script declares its flags in absl's global FlagValues: read them in a fresh process.
+    code = (
+        "import json, albert.create_pretraining_data\n"
+        "from absl import flags\n"
+        "f = flags.FLAGS\n"
+        f"print(json.dumps({{n: [type(f[n].parser).__name__, f[n].default] for n in {list(expected)}}}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    ).stdout
+    kinds = {"BooleanParser": bool, "IntegerParser": int, "FloatParser": float}
+    for name, (parser, default) in json.loads(out.splitlines()[-1]).items():
+        assert default == expected[name], name
+        if expected[name] is not None:
+            assert kinds.get(parser, str) is type(expected[name]), name
