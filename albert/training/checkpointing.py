@@ -165,12 +165,12 @@ class TrainingCheckpoints:
         self.loss_scale_variables = [v for v in optimizer.variables if id(v) not in inner_ids]
         self.checkpoint = self._checkpoint(self.optimizer_variables, with_rng=True)
         # 0 keeps all, as the original's RunConfig(keep_checkpoint_max=0); the manager's
-        # "keep all" is None (it refuses 0).
+        # "keep all" is None (it refuses 0). A non-chief's copies in its local scratch folder
+        # are never read back: it keeps one, not a whole run's worth.
+        if not max_to_keep:
+            max_to_keep = None if write_dir == output_dir else 1
         self.manager = tf.train.CheckpointManager(
-            self.checkpoint,
-            write_dir,
-            max_to_keep=max_to_keep or None,
-            checkpoint_name=CHECKPOINT_NAME,
+            self.checkpoint, write_dir, max_to_keep=max_to_keep, checkpoint_name=CHECKPOINT_NAME
         )
         self.input_iterator = None
 

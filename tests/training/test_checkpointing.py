@@ -149,3 +149,11 @@ def test_keep_checkpoint_max_0_keeps_every_checkpoint(tmp_path):
         checkpoints.save(number)
     kept = sorted(int(p.name.split("-")[1].split(".")[0]) for p in tmp_path.glob("*.index"))
     assert kept == list(range(1, 8))
+    # A non-chief worker's scratch copies (never read back) are not kept by the run's worth.
+    scratch = tmp_path / "worker"
+    worker = checkpointing.TrainingCheckpoints(
+        str(tmp_path), str(scratch), model, keras.optimizers.SGD(), step, max_to_keep=0
+    )
+    for number in range(1, 4):
+        worker.save(number)
+    assert [p.name for p in scratch.glob("*.index")] == ["model.ckpt-3.index"]
