@@ -1,7 +1,8 @@
 """Creates ALBERT pretraining TFRecords (masked LM + sentence order) from text.
 
 Input: one sentence per line with a blank line between documents, or WikiExtractor output.
-The flags and defaults are the original `create_pretraining_data.py`'s, plus --num_workers,
+The flags and defaults are the original `create_pretraining_data.py`'s (its --parallel and
+--input_file_mode are accepted with no effect), plus --num_workers,
 --num_output_shards, the shuffle's --temp_dir / --shuffle_bucket_mb / --delete_stale_shards,
 and --beam_pipeline_options. Every instance of the corpus is shuffled globally, as the
 original does in memory, here in bounded memory; see albert/data/create_pretraining_data.py
@@ -73,6 +74,14 @@ flags.DEFINE_enum(
     "r",
     ["r", "rb"],
     "The original's mode for opening inputs; both read UTF-8 text here (kept for its commands).",
+)
+
+flags.DEFINE_bool(
+    "parallel",
+    False,
+    "The original's option to process each input file in its own process (into the output "
+    "file at the same position); accepted, no effect: every run here reads its inputs with "
+    "--num_workers processes and shuffles all instances together (kept for its commands).",
 )
 
 FLAGS = flags.FLAGS

@@ -164,3 +164,42 @@ def test_unknown_config_name_is_one_line_listing_the_shipped_configs(tmp_path):
         "albert_large_v2, albert_tiny, albert_xlarge_v1, albert_xlarge_v2, albert_xxlarge_v1, "
         "albert_xxlarge_v2."
     ), errors
+
+
+# The original's scripts by file name: a clone-based user runs `python <name> ...` there.
+ORIGINAL_SCRIPTS = [
+    "run_pretraining.py",
+    "run_classifier.py",
+    "run_squad_v1.py",
+    "run_squad_v2.py",
+    "run_race.py",
+    "create_pretraining_data.py",
+]
+
+
+@pytest.mark.parametrize("script", ORIGINAL_SCRIPTS)
+def test_each_original_script_name_runs_from_the_clone(script):
+    # run_squad_v1.py and run_squad_v2.py were missing (only run_squad.py, not the original's).
+    module = script.removesuffix(".py")
+    imports = [
+        node.module
+        for node in ast.walk(ast.parse((REPO / script).read_text()))
+        if isinstance(node, ast.ImportFrom)
+    ]
+    assert imports == [f"albert.{module}"]
+
+
+@pytest.mark.parametrize("version, expected", [("v1", "False"), ("v2", "True")])
+def test_run_squad_v1_and_v2_py_fix_the_version(version, expected):
+    program = (
+        "import runpy, sys\n"
+        "from albert.tasks import squad\n"
+        "squad.run_from_flags = lambda f: print('version_2:', f.version_2_with_negative)\n"
+        f"sys.argv = ['run_squad_{version}.py']\n"
+        f"runpy.run_path('run_squad_{version}.py', run_name='__main__')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], cwd=REPO, env=_env(), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"version_2: {expected}" in done.stdout

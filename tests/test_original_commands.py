@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-# Seven fresh processes (each imports TensorFlow and traces its model): about two minutes.
+# Eight fresh processes (each imports TensorFlow; seven trace a model): about two minutes.
 pytestmark = pytest.mark.slow
 
 TESTS = Path(__file__).resolve().parent
@@ -281,3 +281,44 @@ def test_readme_run_race(tmp_path, models):
     results = read_key_values(out / "eval_results.txt")
     assert int(results["global_step"]) == 2 and 0 <= float(results["accuracy"]) <= 1
     assert np.isfinite(float(results["accuracy"])) and any(cache.iterdir())
+
+
+def test_original_create_pretraining_data_flags(tmp_path):
+    # Every flag of the original create_pretraining_data.py, in the forms its users write
+    # (`--flag=True`, a comma-separated output list, both vocabulary files).
+    tokenizer = TESTS / "fixtures" / "tokenizer"
+    outputs = [tmp_path / "a.tfrecord", tmp_path / "b.tfrecord"]
+    run(
+        "albert.create_pretraining_data",
+        f"--input_file={tokenizer / 'sample_text.txt'}",
+        f"--output_file={','.join(map(str, outputs))}",
+        f"--vocab_file={tokenizer / 'tiny.vocab'}",
+        f"--spm_model_file={tokenizer / 'tiny.model'}",
+        "--input_file_mode=r",
+        "--do_lower_case=True",
+        "--do_whole_word_mask=True",
+        "--nodo_permutation",
+        "--favor_shorter_ngram",
+        "--random_next_sentence=False",
+        "--max_seq_length=64",
+        "--ngram=3",
+        "--max_predictions_per_seq=10",
+        "--random_seed=12345",
+        "--dupe_factor=2",
+        "--masked_lm_prob=0.15",
+        "--short_seq_prob=0.1",
+        "--parallel",
+    )
+    import tensorflow as tf
+
+    spec = {
+        "input_ids": tf.io.FixedLenFeature([64], tf.int64),
+        "token_boundary": tf.io.FixedLenFeature([64], tf.int64),
+        "masked_lm_positions": tf.io.FixedLenFeature([10], tf.int64),
+        "masked_lm_weights": tf.io.FixedLenFeature([10], tf.float32),
+        "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+    }
+    records = list(tf.data.TFRecordDataset([str(p) for p in outputs]))
+    assert records and all(p.stat().st_size > 0 for p in outputs)
+    for record in records:
+        tf.io.parse_single_example(record, spec)

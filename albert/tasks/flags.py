@@ -57,6 +57,10 @@ def define_finetuning_flags(
         iterations_per_loop=1000,
         flag_values=flag_values,
     )
+    flag_values["keep_checkpoint_max"].help += (
+        " Unset, a run with --do_train and without --do_eval keeps all, as the original "
+        "fine-tuning scripts, so that a later --do_eval run chooses among every checkpoint."
+    )
     training_flags.define_strategy_flags(flag_values)
     for define, name, default, help_text in (
         (flags.DEFINE_string, "spm_model_file", None, "SentencePiece model (30k-clean.model)."),
@@ -106,6 +110,13 @@ def define_finetuning_flags(
         ),
     ):
         define(name, default, help_text, flag_values=flag_values)
+    for field in dataclasses.fields(hyperparameters.Hyperparameters):
+        flag = flag_values[field.name]
+        if "paper" not in flag.help:  # --albert_dropout_prob says so already
+            flag.help += (
+                " Default: the paper's value for the task (logged), where the original "
+                "scripts have one fixed default."
+            )
     for alias in aliases:
         flags.DEFINE_alias(alias, ORIGINAL_ALIASES[alias], flag_values=flag_values)
 
@@ -160,9 +171,23 @@ def setup_from_flags(flag_values, task_key_from_flags, check_filled_flags=None):
     tokenizer = tokenizer_from_flags(flag_values)
     config = config_from_flags(flag_values)
     check_vocabulary(tokenizer, config)
-    options = training_flags.run_options_from_flags(flag_values)
+    options = training_flags.run_options_from_flags(
+        flag_values, keep_checkpoint_max=kept_checkpoints(flag_values)
+    )
     strategy, _, _ = training_flags.strategy_from_flags(flag_values)
     return FineTuningSetup(task_key, tokenizer, config, options, strategy)
+
+
+def kept_checkpoints(flag_values):
+    """--keep_checkpoint_max, or 0 (keep all) for a run that trains without --do_eval and
+    does not set it: the original fine-tuning scripts keep every checkpoint (their RunConfig
+    ignores the flag), and run_glue.sh's later --do_eval run picks the best of all of them;
+    keeping only the newest 5 left the earlier ones out of that choice."""
+    if flag_values.do_eval or not flag_values.do_train:
+        return flag_values.keep_checkpoint_max
+    if flag_values["keep_checkpoint_max"].present:
+        return flag_values.keep_checkpoint_max
+    return 0
 
 
 def tokenizer_from_flags(flag_values):

@@ -186,6 +186,8 @@ def define_race_flags(flag_values=flags.FLAGS):
         ),
     ]
     training_flags.define_rows(define, flag_values)
+    for name in ("do_train", "do_eval"):
+        flag_values[name].help += training_flags.EXPLICIT_DO
     flags.DEFINE_enum(
         "model_version",
         "auto",

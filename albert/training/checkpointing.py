@@ -133,7 +133,7 @@ class TrainingCheckpoints:
         output_dir: the run's directory (checkpoints are read from here).
         write_dir: where this worker writes (`output_dir` on the chief).
         model, optimizer, global_step: what to save.
-        max_to_keep: `--keep_checkpoint_max`.
+        max_to_keep: `--keep_checkpoint_max`; 0 keeps every checkpoint.
         worker_index: this worker's index (names its input-state files).
         wait_for_workers: called between writing this worker's input state and committing
             the checkpoint; returns once every worker has written its own (a barrier), or
@@ -164,6 +164,11 @@ class TrainingCheckpoints:
         inner_ids = {id(v) for v in inner.variables}
         self.loss_scale_variables = [v for v in optimizer.variables if id(v) not in inner_ids]
         self.checkpoint = self._checkpoint(self.optimizer_variables, with_rng=True)
+        # 0 keeps all, as the original's RunConfig(keep_checkpoint_max=0); the manager's
+        # "keep all" is None (it refuses 0). A non-chief's copies in its local scratch folder
+        # are never read back: it keeps one, not a whole run's worth.
+        if not max_to_keep:
+            max_to_keep = None if write_dir == output_dir else 1
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, write_dir, max_to_keep=max_to_keep, checkpoint_name=CHECKPOINT_NAME
         )

@@ -144,13 +144,23 @@ def define_checkpoint_flags(
         save_checkpoints_steps,
         "Steps between checkpoints.",
     )
-    define(flags.DEFINE_integer, "keep_checkpoint_max", keep_checkpoint_max, "Checkpoints kept.")
+    define(
+        flags.DEFINE_integer,
+        "keep_checkpoint_max",
+        keep_checkpoint_max,
+        "Newest checkpoints kept; 0 keeps all (the original's meaning).",
+    )
     define(
         flags.DEFINE_integer,
         "iterations_per_loop",
         iterations_per_loop,
         "Steps run on the device per host call.",
     )
+
+
+# Said in the help of the --do_* flags the original defaults to true (run_pretraining's
+# --do_train, run_race's --do_train and --do_eval): here every one is passed explicitly.
+EXPLICIT_DO = " (The original script defaults this to true; here it must be passed.)"
 
 
 def define_pretraining_flags(flag_values=FLAGS):
@@ -172,6 +182,7 @@ def define_pretraining_flags(flag_values=FLAGS):
         flag_values=flag_values,
     )
     define_strategy_flags(flag_values)
+    flag_values["do_train"].help += EXPLICIT_DO
     define = _definer(flag_values)
     define(flags.DEFINE_string, "input_file", None, "Pretraining TFRecords: comma-separated globs.")
     define(flags.DEFINE_string, "eval_input_file", None, "Eval TFRecords (default: --input_file).")
@@ -228,7 +239,6 @@ NUMERIC_RANGES = {
         "predict_batch_size",
         "max_seq_length",
         "save_checkpoints_steps",
-        "keep_checkpoint_max",
         "iterations_per_loop",
         "num_tpu_cores",
         "max_predictions_per_seq",
@@ -237,7 +247,14 @@ NUMERIC_RANGES = {
     # poly_power 0 is a constant rate after warmup (the quickstart's recipe); a learning rate
     # of 0 keeps the weights as loaded (tests use it; a warning says so), a negative one is
     # refused.
-    "non_negative": ("learning_rate", "num_warmup_steps", "start_warmup_step", "poly_power"),
+    # keep_checkpoint_max 0 keeps every checkpoint, as the original's RunConfig does.
+    "non_negative": (
+        "learning_rate",
+        "num_warmup_steps",
+        "start_warmup_step",
+        "poly_power",
+        "keep_checkpoint_max",
+    ),
     "probability": ("albert_dropout_prob", "classifier_dropout_prob"),
 }
 

@@ -27,7 +27,7 @@ def _parsed(define, *args):
             "--learning_rate must be zero or more. Received: --learning_rate=nan",
         ),
         ("--learning_rate=inf", "--learning_rate must be finite. Received: --learning_rate=inf"),
-        ("--keep_checkpoint_max=0", "--keep_checkpoint_max must be positive"),
+        ("--keep_checkpoint_max=-1", "--keep_checkpoint_max must be zero or more"),
         ("--save_checkpoints_steps=0", "--save_checkpoints_steps must be positive"),
         ("--train_batch_size=0", "--train_batch_size must be positive"),
         ("--eval_batch_size=-8", "--eval_batch_size must be positive"),
@@ -69,9 +69,9 @@ def test_pretraining_flag_ranges(arg, name):
 
 def test_run_options_checks_ranges_first():
     flag_values = _parsed(
-        training_flags.define_pretraining_flags, "--do_train", "--keep_checkpoint_max=0"
+        training_flags.define_pretraining_flags, "--do_train", "--keep_checkpoint_max=-1"
     )
-    with pytest.raises(FlagError, match="--keep_checkpoint_max must be positive"):
+    with pytest.raises(FlagError, match="--keep_checkpoint_max must be zero or more"):
         training_flags.run_options_from_flags(flag_values)
 
 

@@ -2,7 +2,10 @@
 epochs and warmup proportion as steps, TF-Hub module folders, RACE defaults by model version,
 the exported classifier's threshold, the feature-file flags as cache directories."""
 
+import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -347,3 +350,215 @@ def test_export_dir_alone_is_something_to_do(tmp_path):
 def test_checkpoint_cadence_is_the_original_scripts(script, steps):
     # Each original script's --save_checkpoints_steps default (run_race.py's is 100).
     assert flag_values_of(script).save_checkpoints_steps == steps
+
+
+@pytest.mark.parametrize(
+    "args, kept",
+    [
+        (["--do_train", "--nodo_eval"], 0),  # run_glue.sh's first command: every checkpoint
+        (["--do_train", "--nodo_eval", "--keep_checkpoint_max=3"], 3),
+        (["--do_train", "--do_eval"], 5),  # the best is kept as model.ckpt-best meanwhile
+    ],
+)
+def test_training_without_eval_keeps_every_checkpoint_as_the_original(tmp_path, args, kept):
+    # The original fine-tuning scripts keep every checkpoint (RunConfig(keep_checkpoint_max=0))
+    # for the later --do_eval run to choose among; the newest 5 only left the others out.
+    flag_values = flag_values_of(
+        "run_classifier",
+        "--task_name=sst-2",
+        f"--data_dir={tmp_path}",
+        f"--output_dir={tmp_path}",
+        f"--spm_model_file={synthetic.SPM_MODEL}",
+        f"--albert_config_file={synthetic.write_config(tmp_path / 'config.json')}",
+        "--max_seq_length=32",
+        *args,
+    )
+    setup = finetuning_flags.setup_from_flags(flag_values, classification.glue_task_key)
+    assert setup.options.keep_checkpoint_max == kept
+
+
+# The type and default of every original flag (google-research/albert, final versions).
+_TPU_DEFAULTS = {
+    "use_tpu": False,
+    "tpu_name": None,
+    "tpu_zone": None,
+    "gcp_project": None,
+    "master": None,
+    "num_tpu_cores": 8,
+}
+_SQUAD_DEFAULTS = {
+    **dict.fromkeys(_SQUAD[:11]),  # the paths and the hub handle
+    "do_lower_case": True,
+    "max_seq_length": 384,
+    "doc_stride": 128,
+    "max_query_length": 64,
+    "do_train": False,
+    "do_predict": False,
+    "train_batch_size": 32,
+    "predict_batch_size": 8,
+    "learning_rate": 5e-5,
+    "num_train_epochs": 3.0,
+    "warmup_proportion": 0.1,
+    "save_checkpoints_steps": 1000,
+    "iterations_per_loop": 1000,
+    "n_best_size": 20,
+    "max_answer_length": 30,
+    **_TPU_DEFAULTS,
+}
+ORIGINAL_DEFAULTS = {
+    "run_squad_v1": {**_SQUAD_DEFAULTS, "use_einsum": True, "export_dir": None},
+    "run_squad_v2": {**_SQUAD_DEFAULTS, "start_n_top": 5, "end_n_top": 5, "dropout_prob": 0.1},
+    "run_race": {
+        **dict.fromkeys(["data_dir", "albert_config_file", "vocab_file", "train_file"]),
+        **dict.fromkeys(["eval_file", "predict_file", "spm_model_file", "output_dir"]),
+        **dict.fromkeys(["init_checkpoint", "albert_hub_module_handle"]),
+        "task_name": "race",
+        "do_lower_case": True,
+        "dropout_prob": 0.1,
+        "max_seq_length": 512,
+        "max_qa_length": 128,
+        "num_keep_checkpoint": 5,
+        "high_only": False,
+        "middle_only": False,
+        "do_train": True,
+        "do_eval": True,
+        "do_predict": False,
+        "train_batch_size": 32,
+        "eval_batch_size": 8,
+        "predict_batch_size": 8,
+        "learning_rate": 1e-5,
+        "train_step": 12000,
+        "warmup_step": 1000,
+        "save_checkpoints_steps": 100,
+        "iterations_per_loop": 1000,
+        **_TPU_DEFAULTS,
+    },
+    "run_classifier": {
+        **dict.fromkeys(["data_dir", "albert_config_file", "task_name", "vocab_file"]),
+        **dict.fromkeys(["spm_model_file", "output_dir", "cached_dir", "init_checkpoint"]),
+        **dict.fromkeys(["albert_hub_module_handle", "export_dir"]),
+        "do_lower_case": True,
+        "max_seq_length": 512,
+        "do_train": False,
+        "do_eval": False,
+        "do_predict": False,
+        "train_batch_size": 32,
+        "eval_batch_size": 8,
+        "predict_batch_size": 8,
+        "learning_rate": 5e-5,
+        "train_step": 1000,
+        "warmup_step": 0,
+        "save_checkpoints_steps": 1000,
+        "keep_checkpoint_max": 5,
+        "iterations_per_loop": 1000,
+        "optimizer": "adamw",
+        "threshold_to_export": float("nan"),
+        **_TPU_DEFAULTS,
+    },
+    "run_pretraining": {
+        **dict.fromkeys(["albert_config_file", "input_file", "output_dir", "init_checkpoint"]),
+        "max_seq_length": 512,
+        "max_predictions_per_seq": 20,
+        "do_train": True,
+        "do_eval": False,
+        "train_batch_size": 4096,
+        "eval_batch_size": 64,
+        "optimizer": "lamb",
+        "learning_rate": 0.00176,
+        "poly_power": 1.0,
+        "num_train_steps": 125000,
+        "num_warmup_steps": 3125,
+        "start_warmup_step": 0,
+        "save_checkpoints_steps": 5000,
+        "keep_checkpoint_max": 5,
+        "iterations_per_loop": 1000,
+        "max_eval_steps": 100,
+        "init_from_group0": False,
+        "masked_lm_budget": 0.0,
+        **_TPU_DEFAULTS,
+    },
+}
+# Where a default differs on purpose (README, "Compatibility with the original"), and the
+# words of the flag's help that say so.
+DOCUMENTED_DEFAULTS = {
+    **dict.fromkeys(
+        [
+            "max_seq_length",
+            "train_batch_size",
+            "learning_rate",
+            "train_step",
+            "warmup_step",
+            "num_train_epochs",
+            "warmup_proportion",
+        ],
+        "the paper's",
+    ),
+    "do_train": "must be passed",
+    "do_eval": "must be passed",
+}
+
+
+def _type_and_default(flag):
+    # An absl flag's parser names its type: BooleanParser, IntegerParser, FloatParser,
+    # EnumParser (a string of the listed values) or ArgumentParser (a string).
+    kind = type(flag.parser).__name__
+    kind = {"BooleanParser": bool, "IntegerParser": int, "FloatParser": float}.get(kind, str)
+    return kind, flag.default
+
+
+def _assert_same_type_and_default(script, flag_values, expected):
+    for name, default in expected.items():
+        # An alias (--train_step) reads the flag it names; that flag's help is the one shown.
+        flag = flag_values[finetuning_flags.ORIGINAL_ALIASES.get(name, name)]
+        kind, ours = _type_and_default(flag)
+        if default is not None:
+            assert kind is type(default), (script, name, kind)
+        if ours == default or (ours != ours and default != default):  # NaN: the same
+            continue
+        note = DOCUMENTED_DEFAULTS.get(name)
+        assert note and note in flag.help, (script, name, ours, default, flag.help)
+
+
+@pytest.mark.parametrize("script", sorted(ORIGINAL_DEFAULTS))
+def test_original_flags_keep_their_type_and_default(script):
+    # Same type and default as the original, or a difference its help (and the README) gives.
+    _assert_same_type_and_default(script, flag_values_of(script), ORIGINAL_DEFAULTS[script])
+
+
+def test_create_pretraining_data_flags_are_the_originals():
+    expected = {
+        **dict.fromkeys(["input_file", "output_file", "vocab_file", "spm_model_file"]),
+        "input_file_mode": "r",
+        "do_lower_case": True,
+        "do_whole_word_mask": True,
+        "do_permutation": False,
+        "favor_shorter_ngram": True,
+        "random_next_sentence": False,
+        "max_seq_length": 512,
+        "ngram": 3,
+        "max_predictions_per_seq": 20,
+        "random_seed": 12345,
+        "dupe_factor": 40,
+        "masked_lm_prob": 0.15,
+        "short_seq_prob": 0.1,
+        "parallel": False,
+    }
+    # The script declares its flags in absl's global FlagValues: read them in a fresh process.
+    code = (
+        "import json, albert.create_pretraining_data\n"
+        "from absl import flags\n"
+        "f = flags.FLAGS\n"
+        f"print(json.dumps({{n: [type(f[n].parser).__name__, f[n].default] for n in {list(expected)}}}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    ).stdout
+    kinds = {"BooleanParser": bool, "IntegerParser": int, "FloatParser": float}
+    for name, (parser, default) in json.loads(out.splitlines()[-1]).items():
+        assert default == expected[name], name
+        if expected[name] is not None:
+            assert kinds.get(parser, str) is type(expected[name]), name

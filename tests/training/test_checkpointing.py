@@ -126,3 +126,34 @@ def test_a_model_without_dropout_resumes_without_a_random_state_warning(tmp_path
     # The same weights with dropout: its masks after resume do differ.
     checkpoints(dropped).restore_latest()
     assert "holds no random state" in caplog.text
+
+
+def test_keep_checkpoint_max_0_keeps_every_checkpoint(tmp_path):
+    # The original's meaning (Estimator RunConfig): 0 keeps all. It was refused here, so a
+    # command of the original with --keep_checkpoint_max=0 stopped with an error.
+    from absl import flags
+
+    from albert.training import flags as training_flags
+
+    flag_values = flags.FlagValues()
+    training_flags.define_pretraining_flags(flag_values)
+    flag_values(["run_pretraining", "--keep_checkpoint_max=0"])
+    training_flags.check_ranges(flag_values)
+    step = tf.Variable(0, dtype=tf.int64)
+    model = keras.Sequential([keras.layers.Dense(2)])
+    model.build((None, 3))
+    checkpoints = checkpointing.TrainingCheckpoints(
+        str(tmp_path), str(tmp_path), model, keras.optimizers.SGD(), step, max_to_keep=0
+    )
+    for number in range(1, 8):
+        checkpoints.save(number)
+    kept = sorted(int(p.name.split("-")[1].split(".")[0]) for p in tmp_path.glob("*.index"))
+    assert kept == list(range(1, 8))
+    # A non-chief worker's scratch copies (never read back) are not kept by the run's worth.
+    scratch = tmp_path / "worker"
+    worker = checkpointing.TrainingCheckpoints(
+        str(tmp_path), str(scratch), model, keras.optimizers.SGD(), step, max_to_keep=0
+    )
+    for number in range(1, 4):
+        worker.save(number)
+    assert [p.name for p in scratch.glob("*.index")] == ["model.ckpt-3.index"]

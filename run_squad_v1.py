@@ -1,0 +1,10 @@
+"""Fine-tunes ALBERT on SQuAD v1.1; see `albert/run_squad_v1.py` (same flags).
+
+A thin wrapper for people working from a clone, where the original's script has this name:
+`python run_squad_v1.py ...` is `python -m albert.run_squad_v1 ...`.
+"""
+
+from albert.run_squad_v1 import run
+
+if __name__ == "__main__":
+    run()
