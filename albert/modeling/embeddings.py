@@ -20,6 +20,18 @@ def truncated_normal(config):
     return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
 
 
+def _check_length(seq_len, max_positions):
+    """One error for a sequence longer than the position table, on every backend: slicing
+    the table stops at its end, and the sum then fails with a backend-specific shape error
+    (TensorFlow's InvalidArgumentError, JAX's TypeError). A length unknown until run time (a
+    TensorFlow graph) is not checked here."""
+    if isinstance(seq_len, int) and seq_len > max_positions:
+        raise ValueError(
+            f"Sequence length {seq_len} exceeds max_position_embeddings={max_positions} "
+            "(the position table's size): shorten the inputs or use a config with more positions."
+        )
+
+
 @serializable
 class AlbertEmbeddings(keras.layers.Layer):
     """Sums the three embeddings of size E, normalises them, and projects them to H.
@@ -84,6 +96,7 @@ class AlbertEmbeddings(keras.layers.Layer):
 
     def call(self, input_ids, segment_ids, training=False):
         seq_len = ops.shape(input_ids)[1]
+        _check_length(seq_len, self.config.max_position_embeddings)
         x = ops.take(self.word_embeddings, input_ids, axis=0)  # float32 [B, T, E]
         x = x + self._token_types(segment_ids)
         x = x + ops.expand_dims(self.position_embeddings[:seq_len], 0)  # [1, T, E] broadcast

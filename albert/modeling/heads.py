@@ -8,10 +8,11 @@ from albert.modeling.embeddings import truncated_normal
 from albert.modeling.encoder import gather_positions
 from albert.modeling.layer_norm import layer_norm
 from albert.modeling.serialization import as_config, serializable
+from albert.modeling.shared_weights import UncastWeights
 
 
 @serializable
-class AlbertMaskedLMHead(keras.layers.Layer):
+class AlbertMaskedLMHead(UncastWeights, keras.layers.Layer):
     """Dense H->E with the config's activation, LayerNorm(E), then logits over the vocabulary
     through the transposed word embeddings plus `output_bias`.
 
@@ -28,7 +29,9 @@ class AlbertMaskedLMHead(keras.layers.Layer):
     """
 
     def __init__(self, config, **kwargs):
-        super().__init__(**kwargs)
+        # Not autocast: under a mixed policy the word embeddings it is passed would be rounded
+        # to the compute dtype before the float32 logits (`transform_dense` still is).
+        super().__init__(**{"autocast": False, **kwargs})
         self.config = config = as_config(config)
         self.dense = keras.layers.Dense(
             config.embedding_size,
@@ -60,7 +63,7 @@ class AlbertMaskedLMHead(keras.layers.Layer):
 
 
 @serializable
-class AlbertSentenceOrderHead(keras.layers.Layer):
+class AlbertSentenceOrderHead(UncastWeights, keras.layers.Layer):
     """logits = pooled_output . W^T + b with W [2, H] (`cls/seq_relationship`)."""
 
     def __init__(self, config, num_classes=2, **kwargs):

@@ -16,13 +16,14 @@ from keras import ops
 from albert.modeling.dropout import Dropout
 from albert.modeling.embeddings import truncated_normal
 from albert.modeling.serialization import as_config, serializable
+from albert.modeling.shared_weights import UncastWeights
 
 # Added to the logits of positions that cannot hold an answer (p_mask = 1).
 NEG_INF = -1e30
 
 
 @serializable
-class AlbertClassificationHead(keras.layers.Layer):
+class AlbertClassificationHead(UncastWeights, keras.layers.Layer):
     """logits = dropout(pooled_output) . W^T + b, W of shape [num_labels, H].
 
     Call args:

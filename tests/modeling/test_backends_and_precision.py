@@ -13,7 +13,8 @@ import pytest
 from test_hf_parity import INPUT_KEYS, OUTPUTS
 
 from albert.checkpoints import load_checkpoint, read_config
-from albert.modeling import AlbertPretrainer
+from albert.config import AlbertConfig
+from albert.modeling import AlbertBackbone, AlbertClassifier, AlbertPretrainer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "hf_grouped"
@@ -24,7 +25,8 @@ import json, sys
 import keras
 import numpy as np
 from albert.checkpoints import load_checkpoint, read_config
-from albert.modeling import AlbertPretrainer
+from albert.config import AlbertConfig
+from albert.modeling import AlbertBackbone, AlbertClassifier, AlbertPretrainer
 
 fixture, output = sys.argv[1], sys.argv[2]
 data = np.load(fixture + "/parity.npz")
@@ -95,3 +97,68 @@ def test_mixed_bfloat16_runs_close_to_float32():
         expected = data[theirs]
         # bfloat16 keeps 8 bits of mantissa: allow 5% of the output's range.
         assert np.abs(actual - expected).max() <= 0.05 * np.abs(expected).max(), ours
+
+
+LONG_SEQUENCE_SCRIPT = """
+import numpy as np
+from albert.config import AlbertConfig
+from albert.modeling import AlbertBackbone
+
+model = AlbertBackbone(AlbertConfig.from_json_file("albert_tiny"))  # 128 positions
+try:
+    model({"input_ids": np.ones((1, 129), "int32")})
+except ValueError as error:
+    print(type(error).__name__, "max_position_embeddings=128" in str(error))
+"""
+
+
+def test_too_long_sequence_is_one_value_error():
+    """Longer than the position table: a ValueError naming the limit, not TensorFlow's
+    InvalidArgumentError from the embedding sum."""
+    model = AlbertBackbone(AlbertConfig.from_json_file("albert_tiny"))
+    with pytest.raises(ValueError, match="Sequence length 129 exceeds max_position_embeddings=128"):
+        model({"input_ids": np.ones((1, 129), "int32")})
+    assert model({"input_ids": np.ones((1, 128), "int32")})["sequence_output"].shape[1] == 128
+
+
+@pytest.mark.slow
+def test_too_long_sequence_is_the_same_value_error_under_jax():
+    """JAX's own error is a TypeError about broadcasting; ours is the same as TensorFlow's."""
+    pytest.importorskip("jax")
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    result = subprocess.run(
+        [sys.executable, "-c", LONG_SEQUENCE_SCRIPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "ValueError True"
+
+
+def test_float32_logits_use_the_float32_weights_under_mixed_bfloat16():
+    """The heads' logits are float32 from float32 weights: 1.0001 is not a bfloat16 value
+    (it rounds to 1.0), so a head that read its weights, or the tied word embeddings it is
+    passed, in the compute dtype would give 1.0 where float32 gives 1.0001."""
+    config = AlbertConfig.from_json_file("albert_tiny")
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        pretrainer, classifier = AlbertPretrainer(config), AlbertClassifier(config, 2)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    hidden = config.hidden_size
+    for head in (pretrainer.sentence_order_head, classifier.classifier):
+        head.output_weights.assign(np.zeros((2, hidden), "float32"))
+        head.output_bias.assign(np.array([1.0001, 0.0], "float32"))
+        logits = keras.ops.convert_to_numpy(head(np.ones((1, hidden), "float32")))
+        np.testing.assert_array_equal(logits, np.array([[1.0001, 0.0]], "float32"))
+    mlm = pretrainer.masked_lm_head
+    mlm.layer_norm.gamma.assign(np.zeros(config.embedding_size, "float32"))
+    mlm.layer_norm.beta.assign(np.ones(config.embedding_size, "float32"))  # x = ones [E]
+    mlm.output_bias.assign(np.full((config.vocab_size,), 1.0001, "float32"))
+    embeddings = pretrainer.backbone.word_embeddings
+    embeddings.assign(np.full(embeddings.shape, 1.0001 / config.embedding_size, "float32"))
+    logits = mlm(np.zeros((1, 1, hidden), "float32"), None, embeddings)  # [1, 1, V]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(logits), 2.0002, rtol=1e-6)
