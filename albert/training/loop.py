@@ -20,6 +20,7 @@ import os
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -30,7 +31,7 @@ from albert.training import strategy as strategy_lib
 from albert.training.inputs import DistributedInput, fit_batch_size, per_replica_batch_size
 from albert.training.run_lock import output_dir_lock
 from albert.training.steps import Trainer
-from albert.training.summaries import ProgressLogger, ScalarWriter
+from albert.training.summaries import ProgressLogger, ScalarWriter, eager_scalar
 
 
 @dataclasses.dataclass
@@ -324,8 +325,9 @@ def _train_metrics(state, sums, num_steps, seconds):
     # Over the steps applied: none when the loss scaler skipped every step of the call.
     if sums["applied_steps"]:
         metrics["gradient_norm"] = sums["gradient_norm"] / sums["applied_steps"]
-    # The rate used by the last step of this call (the schedule reads the step before it).
-    metrics["learning_rate"] = float(state.schedule(state.step - 1))
+    # The rate used by the last step of this call (the schedule reads the step before it),
+    # from an array: a Python int, new every call, would grow TensorFlow's scalar cache.
+    metrics["learning_rate"] = float(state.schedule(eager_scalar(state.step - 1, np.int64)))
     if seconds is not None:
         metrics["examples_per_second"] = sums["examples"] / seconds
         metrics["tokens_per_second"] = sums["examples"] * state.task.tokens_per_example / seconds

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import time
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -30,14 +31,24 @@ class ScalarWriter:
             return
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(self.directory)
-        with self._writer.as_default(step=step):
+        with self._writer.as_default(step=eager_scalar(step, np.int64)):
             for name, value in scalars.items():
-                tf.summary.scalar(name, value)
+                tf.summary.scalar(name, eager_scalar(value))
         self._writer.flush()
 
     def close(self):
         if self._writer is not None:
             self._writer.close()
+
+
+def eager_scalar(value, dtype=None):
+    """`value` as a 0-d numpy array, for an eager op to take instead of a Python number.
+
+    TensorFlow caches the tensor of every Python int or float converted eagerly, for the
+    life of the process (tensorflow/tensorflow#68196): a new value each host call (a step,
+    a metric) is a cache entry of about 1 KB never freed. Arrays are not cached.
+    """
+    return np.asarray(value, dtype)
 
 
 def format_duration(seconds):

@@ -1,6 +1,8 @@
 """What the training loop writes to TensorBoard: each scalar at its step, with its value."""
 
 import math
+import random
+import sys
 
 import keras
 import numpy as np
@@ -9,6 +11,7 @@ import tensorflow as tf
 
 from albert.training import loop
 from albert.training.optimization import create_optimizer
+from albert.training.summaries import ScalarWriter
 from albert.training.task import TrainingTask
 
 
@@ -97,3 +100,49 @@ def test_rates_leave_out_the_first_host_call_of_a_process(tmp_path):
     # Resumed: the new process's first call is left out too.
     scalars = _train(task, tmp_path / "run", 5, 1)
     assert sorted(scalars["examples_per_second"]) == [2, 3, 5]
+
+
+# TensorFlow keeps the tensor of every Python int or float it converts eagerly, and a
+# reference to the number, for the life of the process (tensorflow/tensorflow#68196): a
+# step or metric value handed to an eager op each host call grew memory without bound
+# (about 10 KB a call; a run of a million host calls, gigabytes). A number nothing else
+# holds after the call has its refcount back where it was.
+
+
+def test_summaries_keep_no_reference_to_their_values_or_steps(tmp_path):
+    writer = ScalarWriter(str(tmp_path))
+    for _ in range(3):
+        value = random.random() + 1000.0  # a new float object each time, as a metric
+        step = random.randrange(10**9, 2 * 10**9)  # above the small ints Python shares
+        counts = sys.getrefcount(value), sys.getrefcount(step)
+        writer.write({"loss": value}, step)
+        assert (sys.getrefcount(value), sys.getrefcount(step)) == counts
+    writer.close()
+    assert len(_scalars(tmp_path)["loss"]) == 3
+
+
+def test_the_learning_rate_summary_keeps_no_step_alive(tmp_path):
+    steps = []
+
+    def optimizer_fn(global_step):
+        optimizer, schedule = create_optimizer("adamw", 0.0, 600, global_step=global_step)
+
+        def recording_schedule(step):
+            steps.append(step)
+            return schedule(step)
+
+        return optimizer, recording_schedule
+
+    options = loop.RunOptions(
+        output_dir=str(tmp_path / "run"),
+        num_train_steps=600,
+        train_batch_size=1,
+        save_checkpoints_steps=600,
+        iterations_per_loop=150,
+        clip_norm=None,
+    )
+    loop.run(_ScaledInputTask([[1.0, 1.0]]), tf.distribute.get_strategy(), options, optimizer_fn)
+    assert [int(step) for step in steps] == [149, 299, 449, 599]
+    # Referenced by `steps` and by getrefcount's argument only (the first, below 256, would
+    # be one of the small ints Python shares).
+    assert [sys.getrefcount(steps[i]) for i in (1, 2, 3)] == [2] * 3
