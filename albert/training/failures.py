@@ -21,6 +21,9 @@ sentence naming the file and what to do:
     InvalidArgumentError "Bad pretraining record: ..."
                                              a masked position, segment id, label or
                                              weight the model cannot use
+    UnavailableError "Collective ops is aborted"
+                                             another worker of a multi-worker run died or
+                                             became unreachable (every worker must restart)
 
 Anything else is a bug or an unforeseen failure and keeps its traceback. The traceback of a
 described failure too is shown with `--verbosity=1` (or higher) or `ALBERT_TRACEBACK=1`.
@@ -45,6 +48,8 @@ _BAD_RECORD = re.compile(r"Bad pretraining record: (.*?)\](?:\s|$)")
 # tf.io.parse_example on a record unlike the spec: "Name: <unknown>, Key: input_ids, Index: 1.
 # Number of int64 values != expected. ..." or "..., Feature: x (data type: float) is required".
 _UNPARSABLE = re.compile(r"Name: [^,\n]*, ((?:Key|Feature): [^\n]*)")
+# A collective (a step's all-reduce, a barrier) that a dead or unreachable worker broke off.
+_PEER_LOST = "Collective ops is aborted"
 # tf.gather / embedding lookup: "indices[3,5] = 1200 is not in [0, 1000)".
 _OUT_OF_RANGE = re.compile(r"indices\[[\d,]*\] = (-?\d+) is not in \[0, (\d+)\)")
 
@@ -149,6 +154,15 @@ def describe_failure(exception: BaseException) -> str | None:
     bad_record = _BAD_RECORD.search(text)
     if _class_named(exception, "InvalidArgumentError") and bad_record:
         return f"A record of --input_file (or --eval_input_file) is bad: {bad_record.group(1)}"
+    if _class_named(exception, "UnavailableError") and _PEER_LOST in text:
+        # MultiWorkerMirroredStrategy cannot go on with fewer workers: the survivors' steps,
+        # barriers and evaluations all wait on the lost one.
+        detail = _first_line(text).rstrip(":")
+        return (
+            f"Lost contact with another worker of the cluster ({detail}): a worker "
+            "stopped or its host became unreachable. Stop every worker still running, then "
+            "rerun the same command on each: training resumes from the last checkpoint."
+        )
     found = _OUT_OF_RANGE.search(text)
     if _class_named(exception, "InvalidArgumentError") and found:
         return (

@@ -29,6 +29,7 @@ import urllib.request
 
 import keras
 import tensorflow as tf
+from absl import logging
 
 from albert.errors import AlbertError
 
@@ -80,6 +81,11 @@ def _cluster_size():
     return sum(len(tasks) for tasks in config.get("cluster", {}).values())
 
 
+def _this_task():
+    task = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}").get("task", {})
+    return f"{task.get('type', '?')} {task.get('index', '?')}"
+
+
 def create_strategy(name, tpu_name=None, tpu_zone=None, gcp_project=None, master=None):
     """Builds the strategy `name` (one of STRATEGIES).
 
@@ -122,6 +128,15 @@ def create_strategy(name, tpu_name=None, tpu_zone=None, gcp_project=None, master
                 "--strategy=multi_worker needs the TF_CONFIG environment variable describing "
                 "the cluster and this task; set it on every worker."
             )
+        # TensorFlow waits here until every task of TF_CONFIG has joined, and says so only
+        # in its C++ INFO log, hidden by default: a worker that failed to start (a flag
+        # error on that host, a crash) left the others waiting without a word.
+        logging.info(
+            "Waiting for the %d tasks of TF_CONFIG to join the cluster (this is %s); if one "
+            "of them failed to start, stop the others and start every worker again.",
+            _cluster_size(),
+            _this_task(),
+        )
         return tf.distribute.MultiWorkerMirroredStrategy()
     if name == "default":
         return tf.distribute.get_strategy()

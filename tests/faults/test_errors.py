@@ -148,6 +148,34 @@ def test_ids_beyond_the_vocabulary():
     )
 
 
+# What a surviving MultiWorkerMirroredStrategy worker raised when the other one was SIGKILLed
+# mid-run (in a step, a checkpoint barrier, an evaluation): ~100 lines of traceback before.
+_PEER_LOST_ERRORS = [
+    "{{function_node __wrapped__CollectiveReduceV2_Nordering_token_1_device_/job:worker/"
+    "replica:0/task:1/device:CPU:0}} Collective ops is aborted by: recvmsg:Connection reset "
+    "by peer\nAdditional GRPC error information from remote target /job:worker/replica:0/"
+    "task:0 while calling /tensorflow.WorkerService/RecvBuf:\n:UNKNOWN:Error received from "
+    "peer  {grpc_status:14}\nThe error could be from a previous operation. Restart your "
+    "program to reset. [Op:CollectiveReduceV2] name: ",
+    "Graph execution error:\n\nDetected at node while/CollectiveReduceV2 defined at (most "
+    'recent call last):\n  File "albert/training/steps.py", line 193, in _train_loop_fn\n\n'
+    "Collective ops is aborted by: Error reported from /job:worker/task:1: The following "
+    "tasks are unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1\nThe "
+    "tasks have crashed.\n\t [[{{node while/CollectiveReduceV2}}]] "
+    "[Op:__inference__train_loop_fn_5239]",
+]
+
+
+@pytest.mark.parametrize("text", _PEER_LOST_ERRORS, ids=["connection_reset", "heartbeats"])
+def test_a_lost_worker_says_restart_every_worker(text):
+    message = describe_failure(tf.errors.UnavailableError(None, None, text))
+    assert message.startswith("Lost contact with another worker of the cluster (Collective ops")
+    assert message.endswith(
+        "rerun the same command on each: training resumes from the last checkpoint."
+    )
+    assert "\n" not in message and "function_node" not in message and ":)" not in message
+
+
 def test_bugs_keep_their_traceback():
     assert describe_failure(KeyError("x")) is None
     assert describe_failure(tf.errors.InvalidArgumentError(None, None, "shapes differ")) is None

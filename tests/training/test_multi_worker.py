@@ -123,3 +123,35 @@ def test_a_worker_killed_before_saving_its_input_position(tmp_path):
     for worker in ("worker_0", "worker_1"):
         states = sorted(p.name for p in (output_dir / "input_state" / worker).glob("*.index"))
         assert states == ["ckpt-3.index", "ckpt-6.index"], worker
+
+
+def test_a_worker_waiting_for_one_that_never_started_says_so(tmp_path):
+    """Only worker 0 of two starts (worker 1 failed at start-up, say): TensorFlow waits for it
+    inside MultiWorkerMirroredStrategy(), and says so only in its hidden C++ INFO log. The
+    waiting worker must say what it waits for and what to do."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+    env = dict(
+        os.environ,
+        TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}),
+        TF_CPP_MIN_LOG_LEVEL="3",
+        PYTHONPATH=str(REPO),
+    )
+    log = tmp_path / "worker_0.log"
+    with open(log, "w") as stderr:
+        worker = subprocess.Popen(
+            _command(tmp_path, tmp_path / "out"), env=env, stdout=subprocess.DEVNULL, stderr=stderr
+        )
+    try:
+        deadline = time.time() + 120
+        while "Waiting for the 2 tasks" not in log.read_text() and time.time() < deadline:
+            assert worker.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.5)
+        time.sleep(3)  # it keeps waiting
+        assert worker.poll() is None
+    finally:
+        worker.kill()
+        worker.wait()
+    assert (
+        "Waiting for the 2 tasks of TF_CONFIG to join the cluster (this is worker 0); if one of "
+        "them failed to start, stop the others and start every worker again."
+    ) in log.read_text()
