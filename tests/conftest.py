@@ -3,6 +3,8 @@
 import os
 import sys
 
+import pytest
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # The `auto` precision/XLA default depends on the CPU (albert.training.hardware): every test
@@ -11,6 +13,21 @@ os.environ.setdefault("ALBERT_CPU_FLAGS", "")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _exit_status = {}
+
+
+@pytest.fixture
+def absl_caplog(caplog):
+    """`caplog` that sees absl's INFO records whatever earlier tests in the process did to
+    absl's logger (its verbosity flag sets the logger's level; its handler may stop
+    propagation)."""
+    from absl import logging as absl_logging
+
+    logger = absl_logging.get_absl_logger()
+    propagate, logger.propagate = logger.propagate, True
+    caplog.set_level("INFO")
+    caplog.set_level("INFO", logger="absl")
+    yield caplog
+    logger.propagate = propagate
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -143,3 +143,20 @@ def original_optimizer_update(w, g, m, v, lr, decay, adapt, wd=0.01, b1=0.9, b2=
         w_norm, u_norm = np.linalg.norm(w), np.linalg.norm(update)
         ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
     return w - ratio * lr * update, m, v
+
+
+def write_training_checkpoint(model, directory, step):
+    """What the training loop writes at `step`: model, optimizer and global step as
+    model.ckpt-<step>, and the `checkpoint` state file. Returns the prefix."""
+    import tensorflow as tf
+
+    from albert.training import checkpointing
+    from albert.training.optimization import create_optimizer
+
+    global_step = tf.Variable(step, dtype=tf.int64)
+    optimizer, _ = create_optimizer("adamw", 1e-3, 10, global_step=global_step)
+    optimizer.build(model.trainable_variables)
+    saver = checkpointing.TrainingCheckpoints(
+        str(directory), str(directory), model, optimizer, global_step, max_to_keep=3
+    )
+    return saver.save(step)

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-import tensorflow as tf
 from checkpoint_testing import (
     HF_FIXTURE,
     random_arrays,
@@ -24,9 +23,7 @@ from albert.modeling import (
     AlbertPretrainer,
     AlbertQuestionAnswering,
 )
-from albert.training import checkpointing
-from albert.training.optimization import create_optimizer
-from tests.helpers import tiny_config
+from tests.helpers import tiny_config, write_training_checkpoint
 
 
 def _assert_same_weights(variables, others):
@@ -132,27 +129,16 @@ def test_a_whole_keras_model_file_is_named_as_such(tmp_path):
         load_checkpoint(AlbertBackbone(tiny_config()), str(tmp_path / "m.keras"))
 
 
-def _write_training_checkpoint(model, directory, step):
-    """What the training loop writes at `step`: model.ckpt-<step> and the state file."""
-    global_step = tf.Variable(step, dtype=tf.int64)
-    optimizer, _ = create_optimizer("adamw", 1e-3, 10, global_step=global_step)
-    optimizer.build(model.trainable_variables)
-    saver = checkpointing.TrainingCheckpoints(
-        str(directory), str(directory), model, optimizer, global_step, max_to_keep=3
-    )
-    return saver.save(step)
-
-
 @pytest.mark.parametrize("build", [AlbertPretrainer, lambda c: AlbertClassifier(c, 3)])
 def test_a_run_directory_is_its_newest_checkpoint_not_a_stale_export(tmp_path, build):
     # A finished run exported its final weights beside its checkpoints; resumed for more
     # steps and killed, its newest checkpoint is past them. convert_checkpoint --input=<run>
     # read the pretrainer's export: older weights, written under the newer global_step.
     exported = randomize(build(tiny_config()), seed=1)
-    _write_training_checkpoint(exported, tmp_path, 6)
+    write_training_checkpoint(exported, tmp_path, 6)
     save_checkpoint(exported, str(tmp_path), "keras")
     newest = randomize(build(tiny_config()), seed=2)
-    _write_training_checkpoint(newest, tmp_path, 9)
+    write_training_checkpoint(newest, tmp_path, 9)
 
     assert detect_format(str(tmp_path)) == "training"
     model = build(tiny_config())

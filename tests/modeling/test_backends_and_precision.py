@@ -39,10 +39,12 @@ print(json.dumps({"backend": keras.backend.backend(), "tensorflow": "tensorflow"
 """
 
 
-def forward_in_subprocess(backend, output):
-    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+def last_line_of_python(code, *args, **env):
+    """Runs `code` with `args` in a fresh Python (the environment plus `env`); returns the last
+    line it prints."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **env)
     result = subprocess.run(
-        [sys.executable, "-c", FORWARD_SCRIPT, str(FIXTURE), str(output)],
+        [sys.executable, "-c", code, *map(str, args)],
         capture_output=True,
         text=True,
         env=env,
@@ -50,7 +52,14 @@ def forward_in_subprocess(backend, output):
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1]), np.load(output)
+    return result.stdout.strip().splitlines()[-1]
+
+
+def forward_in_subprocess(backend, output):
+    line = last_line_of_python(
+        FORWARD_SCRIPT, FIXTURE, output, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3"
+    )
+    return json.loads(line), np.load(output)
 
 
 def forward_here():
@@ -125,17 +134,8 @@ def test_too_long_sequence_is_one_value_error():
 def test_too_long_sequence_is_the_same_value_error_under_jax():
     """JAX's own error is a TypeError about broadcasting; ours is the same as TensorFlow's."""
     pytest.importorskip("jax")
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
-    result = subprocess.run(
-        [sys.executable, "-c", LONG_SEQUENCE_SCRIPT],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().splitlines()[-1] == "ValueError True"
+    line = last_line_of_python(LONG_SEQUENCE_SCRIPT, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    assert line == "ValueError True"
 
 
 def test_float32_logits_use_the_float32_weights_under_mixed_bfloat16():

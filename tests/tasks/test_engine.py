@@ -18,8 +18,8 @@ from albert.config import AlbertConfig
 from albert.modeling import AlbertBackbone, AlbertClassifier, AlbertPretrainer
 from albert.tasks import engine
 from albert.tasks.pretraining import PretrainingTask
-from albert.training import checkpointing, loop
-from albert.training.optimization import create_optimizer
+from albert.training import loop
+from tests.helpers import write_training_checkpoint
 
 CONFIG = AlbertConfig.from_dict(synthetic.TINY_CONFIG)
 
@@ -33,17 +33,6 @@ def _randomized(model, seed):
 
 def _classifier(num_labels=3, config=CONFIG, seed=100):
     return _randomized(AlbertClassifier(AlbertBackbone(config), num_labels), seed)
-
-
-def _write_training_checkpoint(model, directory, step):
-    """What the training loop writes: model, optimizer and global step, model.ckpt-<step>."""
-    global_step = tf.Variable(step, dtype=tf.int64)
-    optimizer, _ = create_optimizer("adamw", 1e-3, 10, global_step=global_step)
-    optimizer.build(model.trainable_variables)
-    saver = checkpointing.TrainingCheckpoints(
-        str(directory), str(directory), model, optimizer, global_step, max_to_keep=3
-    )
-    return saver.save(step)
 
 
 def _values(weights):
@@ -66,7 +55,7 @@ def pretraining_dir(tmp_path_factory):
     model.ckpt-best from other weights, the Keras export and albert_config.json."""
     directory = tmp_path_factory.mktemp("pretraining")
     latest = _randomized(AlbertPretrainer(CONFIG), seed=1)
-    path = _write_training_checkpoint(latest, directory, 7)
+    path = write_training_checkpoint(latest, directory, 7)
     best = _randomized(AlbertPretrainer(CONFIG), seed=2)
     task = PretrainingTask.__new__(PretrainingTask)
     task.save_best(best, path, os.path.join(directory, training_format.BEST_PREFIX))
@@ -107,7 +96,7 @@ def test_pretraining_directory_means_its_best_checkpoint(pretraining_dir):
 
 def test_fine_tuned_run_keeps_its_head_when_the_shape_fits(tmp_path):
     mnli = _classifier(num_labels=3, seed=5)
-    _write_training_checkpoint(mnli, tmp_path, 30)
+    write_training_checkpoint(mnli, tmp_path, 30)
     ax = _classifier(num_labels=3)
     assert engine.load_finetuning_weights(ax, str(tmp_path), require_head=True) is True
     _assert_equal(ax.weights, _values(mnli.weights))
@@ -143,8 +132,8 @@ def test_final_weights_prefer_the_best_checkpoint(tmp_path):
     with pytest.raises(engine.FineTuningError, match="holds no checkpoint"):
         engine.load_final_weights(_classifier(), options)
     last = _classifier(seed=6)
-    _write_training_checkpoint(_classifier(seed=7), tmp_path, 10)
-    path = _write_training_checkpoint(last, tmp_path, 20)
+    write_training_checkpoint(_classifier(seed=7), tmp_path, 10)
+    path = write_training_checkpoint(last, tmp_path, 20)
     model = _classifier()
     assert engine.load_final_weights(model, options) == (path, 20)
     _assert_equal(model.weights, _values(last.weights))

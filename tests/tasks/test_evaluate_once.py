@@ -2,8 +2,6 @@
 the training loop's metrics of the checkpoint it reports (model.ckpt-best) instead of a pass
 of its own; a run that did not evaluate those weights (--do_eval alone) still reads dev."""
 
-import logging
-
 import pytest
 import synthetic_glue as synthetic
 import tensorflow as tf
@@ -68,11 +66,10 @@ def test_dev_is_read_once_per_evaluation_point(tmp_path):
 
 
 @pytest.mark.slow  # trains and evaluates a classifier (~5 s)
-def test_eval_alone_picks_the_best_of_the_saved_checkpoints(tmp_path, caplog):
+def test_eval_alone_picks_the_best_of_the_saved_checkpoints(tmp_path, absl_caplog):
     # run_glue.sh trains with --do_train --nodo_eval, then runs --nodo_train --do_eval
     # --do_predict: as the original, every checkpoint the training run saved is evaluated
     # and the best one becomes model.ckpt-best, which reports and predicts.
-    caplog.set_level(logging.INFO)
     data_dir = synthetic.write_sst2(tmp_path / "glue", num_train=24, num_dev=9, num_test=5)
     output_dir = tmp_path / "out"
     options = synthetic.brief_run_options(output_dir, do_eval=False)
@@ -88,7 +85,7 @@ def test_eval_alone_picks_the_best_of_the_saved_checkpoints(tmp_path, caplog):
     assert passes == ["eval", "eval", "predict"]
     assert metrics["global_step"] == 3 and metrics["accuracy"] == 0.75
     # No training in this run: the console must not say the weights were evaluated in one.
-    assert "evaluated earlier in this run" in caplog.text
+    assert "evaluated earlier in this run" in absl_caplog.text
     results = read_key_values(output_dir / "eval_results.txt")
     assert results["global_step"] == "3"
     assert results["checkpoint"] == str(output_dir / "model.ckpt-best")

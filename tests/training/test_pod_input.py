@@ -199,7 +199,7 @@ def _pretraining_reports(tmp_path):
                         [1, 1, 1],
                         [1],
                         [5 + number],
-                        f,
+                        f % 2,  # a sentence-order label (0 or 1: the input checks it)
                         SEQ,
                         PREDICTIONS,
                     )
