@@ -451,13 +451,22 @@ def check_token_ids(features, vocab_size):
     ids = tf.concat(
         [tf.reshape(features["input_ids"], [-1]), tf.reshape(features["masked_lm_ids"], [-1])], 0
     )
-    outside = tf.boolean_mask(ids, (ids < 0) | (ids >= vocab_size))
-    first = tf.concat([outside, tf.zeros([1], ids.dtype)], 0)[0]
+    none, first = _first_bad(ids, (ids < 0) | (ids >= vocab_size))
     message = tf.strings.format(
         "indices[0] = {} is not in [0, {})", (first, tf.constant(vocab_size, ids.dtype))
     )
-    check = tf.debugging.Assert(tf.size(outside) == 0, [message])
-    with tf.control_dependencies([check]):
+    return _after([tf.debugging.Assert(none, [message])], features)
+
+
+def _first_bad(values, bad):
+    """(whether no value is `bad`, the first bad value or 0): for an assertion's message."""
+    found = tf.boolean_mask(values, bad)
+    return tf.size(found) == 0, tf.concat([found, tf.zeros([1], values.dtype)], 0)[0]
+
+
+def _after(checks, features):
+    """`features`, computed only once every op of `checks` has passed."""
+    with tf.control_dependencies(checks):
         return {name: tf.identity(value) for name, value in features.items()}
 
 
@@ -479,46 +488,34 @@ def check_record_values(features, max_seq_length, type_vocab_size):
         max_seq_length: T: masked_lm_positions must be in [0, T).
         type_vocab_size: the model's token types: segment_ids must be in [0, type_vocab_size).
     """
+    # (feature, which values are bad, what they must be)
+    rules = (
+        (
+            "masked_lm_positions",
+            lambda v: (v < 0) | (v >= max_seq_length),
+            f"positions must be in [0, {max_seq_length}) (--max_seq_length)",
+        ),
+        (
+            "segment_ids",
+            lambda v: (v < 0) | (v >= type_vocab_size),
+            f"the config (type_vocab_size={type_vocab_size}) allows 0 to {type_vocab_size - 1}",
+        ),
+        ("next_sentence_labels", lambda v: (v < 0) | (v > 1), "sentence-order labels are 0 or 1"),
+        (
+            "masked_lm_weights",
+            lambda v: ~(tf.math.is_finite(v) & (v >= 0)),
+            "weights must be finite and zero or more",
+        ),
+    )
     checks = []
-
-    def check(name, values, bad, requirement):
-        found = tf.boolean_mask(values, bad)
-        first = tf.concat([found, tf.zeros([1], values.dtype)], 0)[0]
+    for name, is_bad, requirement in rules:
+        values = tf.reshape(features[name], [-1])
+        none, first = _first_bad(values, is_bad(values))
         message = tf.strings.format(
             f"{BAD_RECORD} its {name} holds {{}}, but {requirement}; rebuild the records with "
             "create_pretraining_data (and pass the --max_seq_length and config they were "
             "made for).",
             first,
         )
-        checks.append(tf.debugging.Assert(tf.size(found) == 0, [message]))
-
-    positions = tf.reshape(features["masked_lm_positions"], [-1])
-    check(
-        "masked_lm_positions",
-        positions,
-        (positions < 0) | (positions >= max_seq_length),
-        f"positions must be in [0, {max_seq_length}) (--max_seq_length)",
-    )
-    segments = tf.reshape(features["segment_ids"], [-1])
-    check(
-        "segment_ids",
-        segments,
-        (segments < 0) | (segments >= type_vocab_size),
-        f"the config (type_vocab_size={type_vocab_size}) allows 0 to {type_vocab_size - 1}",
-    )
-    labels = tf.reshape(features["next_sentence_labels"], [-1])
-    check(
-        "next_sentence_labels",
-        labels,
-        (labels < 0) | (labels > 1),
-        "sentence-order labels are 0 or 1",
-    )
-    weights = tf.reshape(features["masked_lm_weights"], [-1])
-    check(
-        "masked_lm_weights",
-        weights,
-        ~(tf.math.is_finite(weights) & (weights >= 0)),
-        "weights must be finite and zero or more",
-    )
-    with tf.control_dependencies(checks):
-        return {name: tf.identity(value) for name, value in features.items()}
+        checks.append(tf.debugging.Assert(none, [message]))
+    return _after(checks, features)
