@@ -145,9 +145,10 @@ def original_optimizer_update(w, g, m, v, lr, decay, adapt, wd=0.01, b1=0.9, b2=
     return w - ratio * lr * update, m, v
 
 
-def write_training_checkpoint(model, directory, step):
+def write_training_checkpoint(model, directory, step, max_to_keep=3):
     """What the training loop writes at `step`: model, optimizer and global step as
-    model.ckpt-<step>, and the `checkpoint` state file. Returns the prefix."""
+    model.ckpt-<step>, and the `checkpoint` state file (keeping `max_to_keep`, 0 all).
+    Returns the prefix."""
     import tensorflow as tf
 
     from albert.training import checkpointing
@@ -157,6 +158,6 @@ def write_training_checkpoint(model, directory, step):
     optimizer, _ = create_optimizer("adamw", 1e-3, 10, global_step=global_step)
     optimizer.build(model.trainable_variables)
     saver = checkpointing.TrainingCheckpoints(
-        str(directory), str(directory), model, optimizer, global_step, max_to_keep=3
+        str(directory), str(directory), model, optimizer, global_step, max_to_keep
     )
     return saver.save(step)

@@ -26,8 +26,9 @@ the predict pass and the final outputs. `run` does, in order:
     --do_eval     without --do_train: first, as the original's eval loop, every training
                   checkpoint in output_dir not evaluated yet, keeping `model.ckpt-best`
                   (a run trained with --nodo_eval, as run_glue.sh does, is judged by its
-                  best checkpoint). Then the final evaluation of the weights predictions
-                  use: eval_results.txt.
+                  best checkpoint), then removing the evaluated ones but the best and the
+                  two newest (--keep_checkpoint_max=0 keeps all). Then the final
+                  evaluation of the weights predictions use: eval_results.txt.
                   After --do_train those weights are a checkpoint the loop has evaluated
                   (`model.ckpt-best`, or the last one): its metrics are reused, so dev is
                   read once per evaluated checkpoint, not once more at the end
@@ -68,7 +69,7 @@ from albert.metrics import with_original_names, write_eval_results
 from albert.tasks import FineTuningError
 from albert.tasks.feature_files import FeatureFile, write_features_file
 from albert.tasks.weights import earlier_evaluation, load_final_weights, load_finetuning_weights
-from albert.training import checkpointing, loop, predict
+from albert.training import checkpointing, loop, predict, pruning
 from albert.training.inputs import fit_batch_size, per_replica_batch_size, pipeline_seed
 from albert.training.run_lock import output_dir_lock
 from albert.training.strategy import is_chief, worker_barrier
@@ -464,11 +465,14 @@ def _evaluate_saved_checkpoints(task, model, strategy, options):
     by the task's metric becomes `model.ckpt-best`. So a run trained with --nodo_eval (as
     run_glue.sh does) then evaluated reports and predicts with its best checkpoint, not its
     last; checkpoints evaluated before (during training, or by an earlier run) are skipped.
+    Then, as the original, evaluated checkpoints but the two newest and the best are removed
+    (`albert.training.pruning`), unless --keep_checkpoint_max=0.
     Returns on every worker once the chief has written those files."""
     evaluated = checkpointing.evaluated_step(options.output_dir)
     # TensorBoard's eval/ curve, as a training run with --do_eval writes it.
     writer = ScalarWriter(os.path.join(options.output_dir, "eval"), enabled=is_chief(strategy))
-    for path in checkpointing.saved_checkpoints(options.output_dir):
+    saved = checkpointing.saved_checkpoints(options.output_dir)
+    for path in saved:
         step = checkpointing.checkpoint_step(path)
         if evaluated is not None and step <= evaluated:
             continue
@@ -483,6 +487,10 @@ def _evaluate_saved_checkpoints(task, model, strategy, options):
             loop.keep_best(task, model, options.output_dir, metrics, path)
             checkpointing.record_evaluated(options.output_dir, step, path)
     writer.close()
+    # Every worker has restored its last checkpoint (the predict pass after it is collective).
+    # A task without a metric has no best to keep: its final weights are the latest.
+    if is_chief(strategy) and options.keep_checkpoint_max and task.best_metric:
+        pruning.remove_evaluated_checkpoints(options.output_dir, saved)
     # The final weights are read from what the chief has just written (model.ckpt-best):
     # no worker reads them before it has.
     barrier = worker_barrier(strategy)

@@ -59,7 +59,10 @@ def define_finetuning_flags(
     )
     flag_values["keep_checkpoint_max"].help += (
         " Unset, a run with --do_train and without --do_eval keeps all, as the original "
-        "fine-tuning scripts, so that a later --do_eval run chooses among every checkpoint."
+        "fine-tuning scripts, so that a later --do_eval run chooses among every checkpoint. "
+        "--do_eval without --do_train by default removes, as the original's eval loop does, "
+        "each evaluated checkpoint but the best and the two newest; --keep_checkpoint_max=0 "
+        "on that command keeps every one."
     )
     training_flags.define_strategy_flags(flag_values)
     for define, name, default, help_text in (

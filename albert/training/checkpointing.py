@@ -22,7 +22,9 @@ Fault injection (tests only): with `ALBERT_FAULT_POINT=<point>:<step>` in the en
 process SIGKILLs itself when it reaches that point of that step (`fault_point`): `train_step`
 (the host call that ends at the step has run, nothing saved yet), `checkpoint_write` (the
 step's input state is written, its checkpoint not yet committed), `before_eval` (the
-checkpoint is committed, its evaluation not run).
+checkpoint is committed, its evaluation not run), `checkpoint_prune` (--do_eval alone: the
+evaluated checkpoint of that step is off the `checkpoint` list, its files not yet deleted; see
+`albert.training.pruning`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """--do_eval alone under MultiWorkerMirroredStrategy (two local worker processes, TF_CONFIG on
-loopback): every worker predicts with the same final weights.
+loopback): every worker predicts with the same final weights, and the chief removes the
+evaluated checkpoints the original's eval loop removes.
 
 The chief evaluates every saved checkpoint and writes the best one as `model.ckpt-best`
 after each; the other workers then load the final weights from that file. A worker that read
@@ -53,9 +54,9 @@ def test_every_worker_loads_the_best_checkpoint_the_chief_wrote(tmp_path):
         *synthetic.tiny_run_flags(data_dir, output_dir, config, "sst-2"),
         f"--spm_model_file={synthetic.SPM_MODEL}",
     ]
-    # Checkpoints 2 and 4, none evaluated.
+    # Checkpoints 2, 4 and 6, none evaluated.
     synthetic.run_classifier(
-        *run_flags, "--train_step=4", "--save_checkpoints_steps=2", "--do_train", "--nodo_eval"
+        *run_flags, "--train_step=6", "--save_checkpoints_steps=2", "--do_train", "--nodo_eval"
     )
 
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
@@ -90,8 +91,15 @@ def test_every_worker_loads_the_best_checkpoint_the_chief_wrote(tmp_path):
     for worker, log in zip(workers, logs, strict=True):
         assert worker.returncode == 0, log[-3000:]
         loaded.append(re.findall(r"Final weights: (\S+) \(global step (\d+)\)", log))
-    assert loaded[0] == [(str(output_dir / "model.ckpt-best"), "4")]
+    assert loaded[0] == [(str(output_dir / "model.ckpt-best"), "6")]
     assert loaded[1] == loaded[0]
-    # The eval scalars of checkpoints 2 and 4 come from the chief alone: one event file.
+    # The chief removed checkpoint 2 (evaluated, not the best, two newer), as the original,
+    # while the other worker waited: it evaluated every checkpoint and read the final weights.
+    assert sorted(p.name for p in output_dir.glob("model.ckpt-*.index")) == [
+        "model.ckpt-4.index",
+        "model.ckpt-6.index",
+        "model.ckpt-best.index",
+    ]
+    # The eval scalars of checkpoints 2, 4 and 6 come from the chief alone: one event file.
     assert len(list((output_dir / "eval").glob("events.out.tfevents.*"))) == 1
     assert {"accuracy", "loss"} <= scalar_tags(output_dir / "eval")
