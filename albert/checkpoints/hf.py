@@ -436,31 +436,45 @@ def _identity_mapping(shapes: dict, read, source: str) -> list:
     return names
 
 
-def save(model, directory: str) -> str:
-    """Writes `model` as an HF directory that `AlbertForPreTraining.from_pretrained` reads.
+def save(model, directory: str, labels=None, problem_type=None) -> str:
+    """Writes `model` as an HF directory that its HF class's `from_pretrained` reads.
 
     Args:
         model: an AlbertPretrainer (written as AlbertForPreTraining), an AlbertBackbone
-            (written as AlbertModel), or a backbone with its MLM head alone
-            (`albert.convert_checkpoint.LoadedParts`, written as AlbertForMaskedLM).
+            (written as AlbertModel), a backbone with its MLM head alone
+            (`albert.convert_checkpoint.LoadedParts`, written as AlbertForMaskedLM), or a
+            task model with a head HF has a class for (`head_architecture`: an
+            AlbertClassifier as AlbertForSequenceClassification, an AlbertMultipleChoice as
+            AlbertForMultipleChoice, a SQuAD v1.1 AlbertQuestionAnswering as
+            AlbertForQuestionAnswering, which holds no pooler).
         directory: created if needed; receives `config.json` and `model.safetensors`.
+        labels: an AlbertClassifier's label names in class-id order (config.json's
+            `id2label`); None or () for HF's LABEL_0, LABEL_1, ...
+        problem_type: an AlbertClassifier's HF `problem_type`; None for "regression" with
+            one label, else "single_label_classification" (our softmax cross-entropy).
 
     Returns:
         `directory`.
 
     Raises:
-        CheckpointError: the model's layer sharing cannot be written in HF names, or it has
-            a fine-tuning head (which the table has no names for; it would be dropped).
+        CheckpointError: the model's layer sharing cannot be written in HF names, or its
+            task head has no HF class (SQuAD v2.0's), or `labels` is not one per class.
     """
-    if task_head(model)[0] is not None:
+    task_architecture = head_architecture(model)
+    if task_head(model)[0] is not None and task_architecture is None:
         raise CheckpointError(
-            f"A {type(model).__name__}'s task head has no HF names here; save it as tf1 (the "
-            "original's names) or keras, or save its .backbone alone."
+            f"This {type(model).__name__}'s SQuAD 2.0 head (the original's XLNet-style start, "
+            "end and answer-class layers) has no HF class; save it as tf1 (the original's "
+            "names) or keras, or save its .backbone alone."
         )
     bound = bind(HF_TABLE, model, "HF")
     config = model_parts(model)[BACKBONE].config
+    task_keys = _task_config(model, task_architecture, labels, problem_type)  # may raise
     # Raises, before anything is written, for a sharing HF names or HF's model cannot hold.
     check_group_mapping(exportable_config(config), directory)
+    if task_architecture == "AlbertForQuestionAnswering":
+        # HF builds it with add_pooling_layer=False; the span head never reads the pooler.
+        bound[BACKBONE] = {k: v for k, v in bound[BACKBONE].items() if k not in _POOLER}
     os.makedirs(directory, exist_ok=True)
     # Each file is written under a temporary name and renamed whole (as albert.fileio does,
     # without importing TensorFlow). HF's loader checks the file says it holds torch tensors.
@@ -473,14 +487,50 @@ def save(model, directory: str) -> str:
         arrays[_MAPPING_BIAS] = np.zeros(config.hidden_size, dtype="float32")
     save_file(arrays, temporary, metadata={"format": "pt"})
     os.replace(temporary, weights)
-    if bound[SENTENCE_ORDER]:
+    if task_architecture:
+        architecture = task_architecture
+    elif bound[SENTENCE_ORDER]:
         architecture = "AlbertForPreTraining"
     else:
         architecture = "AlbertForMaskedLM" if bound[MASKED_LM] else "AlbertModel"
     config_path = os.path.join(directory, CONFIG_FILE)
     temporary = f"{config_path}.tmp-{uuid.uuid4().hex}"
     with open(temporary, "w", encoding="utf-8") as f:
-        json.dump(config_to_hf(config, architecture), f, indent=2, sort_keys=True)
+        json.dump({**config_to_hf(config, architecture), **task_keys}, f, indent=2, sort_keys=True)
         f.write("\n")
     os.replace(temporary, config_path)
     return directory
+
+
+def _task_config(model, architecture, labels, problem_type) -> dict:
+    """config.json's label keys for a task model's HF class ({} for the others).
+
+    HF sizes AlbertForSequenceClassification's `classifier` and AlbertForQuestionAnswering's
+    `qa_outputs` by `num_labels` (from `id2label`); AlbertForMultipleChoice's is always [1, H].
+
+    Raises:
+        CheckpointError: `labels` is not one name per class.
+    """
+    if architecture == "AlbertForQuestionAnswering":
+        num_labels, problem_type = 2, None  # start and end
+    elif architecture == "AlbertForSequenceClassification":
+        num_labels = model.num_labels
+        if problem_type is None:
+            one = num_labels == 1
+            problem_type = "regression" if one else "single_label_classification"
+    else:
+        return {}
+    labels = list(labels or [f"LABEL_{i}" for i in range(num_labels)])
+    if len(labels) != num_labels or len(set(labels)) != num_labels:
+        raise CheckpointError(
+            f"{len(labels)} label names ({', '.join(labels)}) for the {num_labels} distinct "
+            f"outputs of this {type(model).__name__}."
+        )
+    values = {
+        "num_labels": num_labels,
+        "id2label": {str(i): label for i, label in enumerate(labels)},
+        "label2id": {label: i for i, label in enumerate(labels)},
+    }
+    if problem_type:
+        values["problem_type"] = problem_type
+    return values

@@ -2,12 +2,14 @@
 
 AlbertForSequenceClassification, AlbertForMultipleChoice and AlbertForQuestionAnswering
 compute our GLUE, RACE and SQuAD v1.1 heads: their files load with the head, into the task
-model whose head they compute. Models are compared in inference mode (no dropout), in
+model whose head they compute, and our task models (and fine-tuning runs, through
+convert_checkpoint) export to them. Models are compared in inference mode (no dropout), in
 float32. Shape letters: B batch (3), C choices (4), T sequence (7), H hidden (18).
 """
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -15,7 +17,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from albert.checkpoints import load_checkpoint, read_config  # noqa: E402
+from checkpoint_testing import randomize  # noqa: E402
+from safetensors.numpy import load_file  # noqa: E402
+from test_convert_checkpoint import main_with_flags  # noqa: E402
+from test_convert_fine_tuned import fine_tuning_run  # noqa: E402
+
+from albert.checkpoints import CheckpointError, load_checkpoint, read_config, save_checkpoint  # noqa: E402
+from albert.convert_checkpoint import OutputFormatError, convert  # noqa: E402
 from albert.modeling import (  # noqa: E402
     AlbertBackbone,
     AlbertClassifier,
@@ -204,3 +212,143 @@ def test_run_classifier_predicts_with_an_hf_sequence_classification_model(tmp_pa
     expected = classification.softmax(hf_outputs(source, batch)["logits"])
     written = np.loadtxt(os.path.join(tmp_path / "out", "test_results.tsv"), delimiter="\t")
     assert np.max(np.abs(written - expected)) < 1e-5
+
+
+def read_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def hf_from_pretrained(architecture, directory):
+    """HF's model of `directory`, checking that HF found every tensor it needs and no other."""
+    model, info = getattr(transformers, architecture).from_pretrained(
+        str(directory), output_loading_info=True
+    )
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    return model.eval()
+
+
+@pytest.mark.parametrize("architecture", list(KINDS))
+def test_our_task_model_exports_as_its_hf_class_with_our_logits(tmp_path, architecture):
+    build, names = KINDS[architecture]
+    model = randomize(build(tiny_config()))
+    save_checkpoint(model, str(tmp_path), "hf")
+    exported = hf_from_pretrained(architecture, tmp_path)
+    features = inputs(architecture)
+    differences = max_differences(model(features), hf_outputs(exported, features), names)
+    assert all(d <= TOLERANCE for d in differences.values()), differences
+    config = read_json(tmp_path / "config.json")
+    assert config["architectures"] == [architecture]
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    # HF's AlbertForQuestionAnswering has no pooler; the others read it.
+    has_pooler = architecture != "AlbertForQuestionAnswering"
+    assert ("albert.pooler.weight" in tensors) == has_pooler
+    if architecture == "AlbertForSequenceClassification":
+        np.testing.assert_array_equal(
+            tensors["classifier.weight"], model.classifier.output_weights.numpy()
+        )  # [num_labels, H], as ours
+        assert config["num_labels"] == 3 and config["problem_type"] == "single_label_classification"
+        assert config["id2label"] == {"0": "LABEL_0", "1": "LABEL_1", "2": "LABEL_2"}
+        assert config["label2id"] == {"LABEL_0": 0, "LABEL_1": 1, "LABEL_2": 2}
+    if architecture == "AlbertForQuestionAnswering":
+        assert config["num_labels"] == 2 and "problem_type" not in config
+
+
+def test_a_regression_head_exports_with_its_problem_type_and_labels(tmp_path):
+    model = randomize(AlbertClassifier(tiny_config(), num_labels=1))
+    save_checkpoint(model, str(tmp_path / "sts"), "hf")
+    config = read_json(tmp_path / "sts" / "config.json")
+    assert config["problem_type"] == "regression" and config["id2label"] == {"0": "LABEL_0"}
+    assert hf_from_pretrained("AlbertForSequenceClassification", tmp_path / "sts").num_labels == 1
+    from albert.checkpoints import hf
+
+    hf.save(AlbertClassifier(tiny_config(), 2), str(tmp_path / "named"), labels=["no", "yes"])
+    assert read_json(tmp_path / "named" / "config.json")["label2id"] == {"no": 0, "yes": 1}
+    with pytest.raises(CheckpointError, match="1 label names .* 2 distinct outputs"):
+        hf.save(AlbertClassifier(tiny_config(), 2), str(tmp_path / "bad"), labels=["yes"])
+    assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("architecture", list(KINDS))
+def test_hf_to_ours_to_hf_keeps_every_tensor_and_the_labels(tmp_path, architecture):
+    changes = {}
+    if architecture == "AlbertForSequenceClassification":
+        changes = {
+            "id2label": {0: "neg", 1: "mid", 2: "pos"},
+            "label2id": {"neg": 0, "mid": 1, "pos": 2},
+            "problem_type": "multi_label_classification",
+        }
+    hf_model(architecture, **changes).save_pretrained(str(tmp_path / "hf"))
+    convert(str(tmp_path / "hf"), str(tmp_path / "ours"), "keras")
+    convert(str(tmp_path / "ours"), str(tmp_path / "tf1"), "tf1")
+    convert(str(tmp_path / "hf"), str(tmp_path / "again"), "hf")
+    original = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    tensors = load_file(str(tmp_path / "again" / "model.safetensors"))
+    assert sorted(tensors) == sorted(original)
+    for name, value in original.items():
+        np.testing.assert_array_equal(tensors[name], value, err_msg=name)
+    # As HF reads them (HF leaves out keys at their defaults, e.g. two labels for QA).
+    before, after = (
+        transformers.AlbertConfig.from_pretrained(tmp_path / d) for d in ("hf", "again")
+    )
+    # AlbertForMultipleChoice's labels mean nothing (its head is [1, H] whatever they are).
+    keys = ["architectures", "id2label", "label2id", "problem_type", "num_labels"]
+    for key in keys[:1] if architecture == "AlbertForMultipleChoice" else keys:
+        assert getattr(after, key) == getattr(before, key), key
+    # The Keras and TF1 copies hold the head too (under the original's names in TF1).
+    build, _ = KINDS[architecture]
+    model = build(read_config(str(tmp_path / "hf")))
+    assert load_finetuning_weights(model, str(tmp_path / "tf1"), require_head=True)
+    head = "qa_outputs" if architecture == "AlbertForQuestionAnswering" else "classifier"
+    np.testing.assert_array_equal(model.weights[-2].numpy(), original[f"{head}.weight"])
+
+
+@pytest.mark.parametrize(
+    "kind, task_name, architecture, labels",
+    [
+        (
+            "classifier",
+            "mnli",
+            "AlbertForSequenceClassification",
+            ["contradiction", "entailment", "neutral"],
+        ),
+        ("classifier", None, "AlbertForSequenceClassification", ["LABEL_0", "LABEL_1", "LABEL_2"]),
+        ("race", "race", "AlbertForMultipleChoice", None),
+        ("squad_v1", None, "AlbertForQuestionAnswering", ["LABEL_0", "LABEL_1"]),
+    ],
+)
+def test_a_fine_tuning_run_converts_to_hf(tmp_path, kind, task_name, architecture, labels):
+    model = fine_tuning_run(tmp_path / "run", kind)
+    convert(str(tmp_path / "run"), str(tmp_path / "hf"), "hf", task_name=task_name)
+    exported = hf_from_pretrained(architecture, tmp_path / "hf")
+    features = inputs(architecture)
+    _, names = KINDS[architecture]
+    differences = max_differences(model(features), hf_outputs(exported, features), names)
+    assert all(d <= TOLERANCE for d in differences.values()), differences
+    config = read_json(tmp_path / "hf" / "config.json")
+    assert config["architectures"] == [architecture]
+    if labels:
+        assert [config["id2label"][str(i)] for i in range(len(labels))] == labels
+        assert config["label2id"] == {label: i for i, label in enumerate(labels)}
+
+
+def test_a_one_label_run_needs_its_task_for_hf(tmp_path, capsys):
+    """RACE's head and STS-B's are the same [1, H] weights; only the task tells the class."""
+    fine_tuning_run(tmp_path / "run", "race")
+    with pytest.raises(OutputFormatError, match="pass --task_name=sts-b .* or --task_name=race"):
+        convert(str(tmp_path / "run"), str(tmp_path / "hf"), "hf")
+    convert(str(tmp_path / "run"), str(tmp_path / "sts"), "hf", task_name="STS-B")
+    config = read_json(tmp_path / "sts" / "config.json")
+    assert config["architectures"] == ["AlbertForSequenceClassification"]
+    assert config["problem_type"] == "regression"
+    flags = [f"--input={tmp_path / 'run'}", f"--output={tmp_path / 'x'}", "--output_format=hf"]
+    for task_name, message in [
+        ("mnli", "holds a one-output classifier head .*, not the 3-output classifier head of"),
+        ("squad", "Unknown --task_name='squad'.* \\(or race\\)"),
+    ]:
+        capsys.readouterr()
+        assert main_with_flags(*flags, f"--task_name={task_name}") == 2
+        lines = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+        assert len(lines) == 1, lines
+        assert re.search(message, lines[0]), lines
+    assert not (tmp_path / "x").exists()
