@@ -5,16 +5,23 @@ checkpoint (an HF directory's `config.json`, an `albert_config.json` beside a TF
 checkpoint). Pretraining heads the checkpoint lacks are not written; the ones it has are (an
 HF AlbertForMaskedLM keeps its MLM head), except in Keras, whose file holds both or none. A
 fine-tuning run's checkpoint (its output_dir, a `model.ckpt-<step>`, or its
-`model.weights.h5`) is written with its task head: in TF1, under the original's fine-tuned
-names (`output_weights` and `output_bias` for GLUE and RACE, `cls/squad/...`,
-`start_logits/...`); in Keras, as `model.weights.h5`. HF has no names for these heads here,
-so `--output_format=hf` refuses one.
+`model.weights.h5`, an original fine-tuned TF1 checkpoint, an HF fine-tuned directory) is
+written with its task head: in TF1, under the original's fine-tuned names (`output_weights`
+and `output_bias` for GLUE and RACE, `cls/squad/...`, `start_logits/...`); in Keras, as
+`model.weights.h5`; in HF, as the HF class that computes the same head
+(AlbertForSequenceClassification for GLUE, AlbertForMultipleChoice for RACE,
+AlbertForQuestionAnswering, without a pooler, for SQuAD v1.1). A run does not record its task:
+`--task_name` (a GLUE task, or race) gives HF's config.json the GLUE label names, and tells
+RACE's one-label head from STS-B's, which `--output_format=hf` otherwise refuses to guess.
+SQuAD v2.0's XLNet-style head has no HF class: `--output_format=hf` refuses it.
 
 Usage:
     python -m albert.convert_checkpoint --input=albert_base/model.ckpt-best \
         --albert_config_file=albert_base/albert_config.json --output=albert_base_hf \
         --output_format=hf
     python -m albert.convert_checkpoint --input=out/MRPC --output=mrpc_tf1 --output_format=tf1
+    python -m albert.convert_checkpoint --input=out/MRPC --output=mrpc_hf --output_format=hf \
+        --task_name=mrpc
 """
 
 from __future__ import annotations
@@ -24,16 +31,19 @@ import sys
 
 from absl import app, flags, logging
 
+from albert import glue_tasks
 from albert.checkpoints import (
     CheckpointError,
     detect_format,
+    hf,
     load_checkpoint,
     read_config,
     save_checkpoint,
 )
 from albert.checkpoints.stored_model import build_stored_model
+from albert.checkpoints.table import task_head
 from albert.config import AlbertConfig, ConfigError
-from albert.modeling import AlbertPretrainer
+from albert.modeling import AlbertMultipleChoice
 from albert.training.failures import describe_failure, traceback_requested
 
 FLAGS = flags.FLAGS
@@ -47,6 +57,13 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string("output", None, "The directory to write the converted checkpoint into.")
 flags.DEFINE_enum("output_format", None, ["tf1", "hf", "keras"], "The format to write.")
+flags.DEFINE_string(
+    "task_name",
+    None,
+    "The task a fine-tuned --input was trained on, for --output_format=hf: a GLUE task (its "
+    "label names go into config.json's id2label) or race (AlbertForMultipleChoice). Needed for "
+    "a one-label head, which is STS-B's regression or RACE's.",
+)
 flags.DEFINE_bool(
     "overwrite", False, "Write into a --output directory that already holds files (not a run's)."
 )
@@ -95,6 +112,7 @@ def convert(
     output_format: str,
     albert_config_file: str | None = None,
     overwrite: bool = False,
+    task_name: str | None = None,
 ) -> str:
     """Reads the checkpoint at `input_path` and writes it to `output` in `output_format`.
 
@@ -104,6 +122,7 @@ def convert(
         output_format: "tf1", "hf" or "keras".
         albert_config_file: the config; read from the checkpoint when None.
         overwrite: write into an `output` that already holds files (never a training run's).
+        task_name: the fine-tuned input's task (a GLUE task or "race"), for "hf".
 
     Returns:
         What was written (see `albert.checkpoints.save_checkpoint`).
@@ -111,7 +130,8 @@ def convert(
     Raises:
         CheckpointError: no checkpoint at `input_path`, no config, a checkpoint that does
             not fit the config, or an `output` that `check_output_dir` refuses.
-        OutputFormatError: a fine-tuned checkpoint to "hf".
+        OutputFormatError: to "hf", a head HF has no class for (SQuAD v2.0), a one-label
+            head without `task_name`, or a `task_name` whose task has another head.
         ConfigError: an invalid config file.
     """
     check_output_dir(output, overwrite)
@@ -124,17 +144,77 @@ def convert(
                 f"{input_path} has no config beside it; pass --albert_config_file."
             )
     format_name = detect_format(input_path)
-    model = build_stored_model(config, input_path, format_name)
-    if output_format == "hf" and not isinstance(model, AlbertPretrainer):
-        raise OutputFormatError(
-            f"--input={input_path} is a fine-tuned {type(model).__name__}, whose head has no HF "
-            "names here; use --output_format=tf1 (the original's names) or keras."
-        )
+    # An HF file names its class; elsewhere RACE's head is a one-label classifier's weights.
+    race = (task_name or "").strip().lower() == "race" and format_name != "hf"
+    model = build_stored_model(config, input_path, format_name, multiple_choice=race)
+    if output_format == "hf":
+        labels = hf_labels(model, input_path, format_name, task_name)  # before writing
     result = load_checkpoint(model, input_path, format_name)
     source = loaded_parts(model, result, output_format)
-    written = save_checkpoint(source, output, output_format, source_step(input_path))
+    if output_format == "hf":
+        written = hf.save(source, output, *labels)
+    else:
+        written = save_checkpoint(source, output, output_format, source_step(input_path))
     logging.info("Wrote %s (%s).", written, output_format)
     return written
+
+
+def hf_labels(model, input_path: str, format_name: str, task_name: str | None) -> tuple:
+    """(label names, problem_type) of HF's config.json for `model`, as `hf.save` takes them.
+
+    The names are the GLUE task's (`task_name`), else an HF input's own, else HF's LABEL_i
+    (None); the problem_type is an HF input's own, else None (`hf.save` picks it).
+
+    Raises:
+        OutputFormatError: a head HF has no class for, a one-label classifier (STS-B's or
+            RACE's) without `task_name`, or a `task_name` whose task has another head.
+    """
+    kind, _ = task_head(model)
+    architecture = hf.head_architecture(model)
+    if kind is not None and architecture is None:
+        raise OutputFormatError(
+            f"--input={input_path} is a fine-tuned {type(model).__name__} with the SQuAD 2.0 "
+            "head (the original's XLNet-style start, end and answer-class layers), which no HF "
+            "class computes; use --output_format=tf1 (the original's names) or keras."
+        )
+    classifier = architecture == "AlbertForSequenceClassification"
+    if task_name is None:
+        if format_name == "hf" and classifier:
+            values = hf.read_values(input_path)
+            id2label = values.get("id2label") or {}
+            labels = [id2label.get(str(i)) for i in range(model.num_labels)]  # keys "0", "1", ...
+            return (None if None in labels else labels), values.get("problem_type")
+        if classifier and model.num_labels == 1:
+            raise OutputFormatError(
+                f"--input={input_path} holds a one-label classifier head: STS-B's regression "
+                "head or RACE's multiple-choice one; pass --task_name=sts-b "
+                "(AlbertForSequenceClassification) or --task_name=race (AlbertForMultipleChoice)."
+            )
+        return None, None
+    try:
+        task = None if task_name.strip().lower() == "race" else glue_tasks.get_task(task_name)
+    except glue_tasks.GlueDataError as e:
+        raise OutputFormatError(f"{e} (or race)") from None
+    if task is None and isinstance(model, AlbertMultipleChoice):
+        return None, None
+    if task is None or not classifier or task.num_labels != model.num_labels:
+        expected = "multiple-choice head" if task is None else _head_of(task.num_labels)
+        raise OutputFormatError(
+            f"--input={input_path} holds {_head_description(model)}, not the "
+            f"{expected} of --task_name={task_name}; pass the task it was fine-tuned on."
+        )
+    return list(task.labels) or None, None
+
+
+def _head_description(model) -> str:
+    architecture = hf.head_architecture(model)
+    if architecture == "AlbertForSequenceClassification":
+        return f"a {_head_of(model.num_labels)} ({architecture})"
+    return f"an {architecture} head" if architecture else "no fine-tuning head"
+
+
+def _head_of(outputs: int) -> str:
+    return f"{outputs}-output classifier head" if outputs != 1 else "one-output classifier head"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +235,9 @@ def loaded_parts(model, result, output_format: str):
     TF1 and HF outputs keep its MLM head; a Keras weights file holds a whole pretrainer or a
     backbone, so it gets the backbone (with a warning naming the head left out).
     """
-    if not result.initialised:
+    # A task model is written whole: HF's AlbertForQuestionAnswering holds no pooler, which
+    # its span head never reads.
+    if not result.initialised or task_head(model)[0] is not None:
         return model
     initialised = set(result.initialised)
     heads = {
@@ -195,6 +277,7 @@ def main(argv):
             FLAGS.output_format,
             FLAGS.albert_config_file,
             FLAGS.overwrite,
+            FLAGS.task_name,
         )
     except (CheckpointError, ConfigError) as e:
         # Exit 2 for every one-line error (a missing, corrupted or fine-tuned-for-hf input, a

@@ -186,7 +186,8 @@ def save_checkpoint(model, directory: str, format_name: str, global_step: int = 
         What was written: the TF1 prefix, the HF directory or the Keras weights file.
 
     Raises:
-        CheckpointError: an unknown format, or a sharing mode the format cannot express.
+        CheckpointError: an unknown format, a sharing mode the format cannot express, or (HF)
+            a task head no HF class computes (SQuAD v2.0's).
     """
     if format_name == "hf":
         return hf.save(model, directory)

@@ -5,9 +5,13 @@ works under any Keras backend. torch `Linear` weights are stored [out, in], the 
 Keras `Dense` kernel; embeddings, LayerNorm and the SOP weights [2, H] are stored as ours.
 HF's `gelu` is the exact (erf) GELU, our `gelu_exact`; its `gelu_new` is our `gelu`.
 A file without the pooler (HF's AlbertForMaskedLM and AlbertForQuestionAnswering save none)
-loads with the pooler left at its initial values, as HF loads one, and a warning; HF's task
-heads (`classifier`, `qa_outputs`) are left out with a warning, so a fine-tuned HF model
-initialises a run here with its encoder.
+loads with the pooler left at its initial values, as HF loads one, and a warning.
+
+Three of HF's fine-tuning classes compute a head of ours (see `head_architecture`); their
+head loads into that task model (the file's `architectures` says which class it is), so an HF
+fine-tuned model predicts here as it does in HF. Any other HF head, or one of another shape
+(3 labels for a 2-label classifier), is left out with a warning: the task model's head starts
+from its initial values and a run initialises from the encoder.
 """
 
 from __future__ import annotations
@@ -23,8 +27,11 @@ from safetensors.numpy import save_file
 
 from albert.checkpoints.table import (
     BACKBONE,
+    CLASSIFIER,
     MASKED_LM,
     SENTENCE_ORDER,
+    SQUAD_V1,
+    TASK_HEAD,
     CheckpointError,
     LoadResult,
     NameTable,
@@ -39,6 +46,7 @@ from albert.checkpoints.table import (
     task_head,
 )
 from albert.config import AlbertConfig, ConfigError
+from albert.modeling import AlbertMultipleChoice
 
 HF_TABLE = NameTable(
     backbone={
@@ -90,6 +98,14 @@ HF_TABLE = NameTable(
     },
     # Only Dense kernels come from torch Linear layers.
     transposed=lambda name, path: path.endswith(".kernel"),
+    # HF's fine-tuning heads are torch Linear layers over [CLS]'s pooled output or every
+    # position; their weight [out, H] is stored as our `output_weights`.
+    task_heads={
+        # AlbertForSequenceClassification [num_labels, H]; AlbertForMultipleChoice [1, H].
+        CLASSIFIER: {"classifier.weight": "output_weights", "classifier.bias": "output_bias"},
+        # AlbertForQuestionAnswering [2, H]: row 0 gives the start logits, row 1 the end.
+        SQUAD_V1: {"qa_outputs.weight": "output_weights", "qa_outputs.bias": "output_bias"},
+    },
 )
 
 CONFIG_FILE = "config.json"
@@ -164,13 +180,7 @@ def read_config(directory: str) -> AlbertConfig:
             project does not compute (another activation, LayerNorm epsilon or position type).
     """
     path = os.path.join(directory, CONFIG_FILE)
-    if not os.path.isfile(path):
-        raise CheckpointError(f"No {CONFIG_FILE} in {directory}; is this an HF model directory?")
-    try:
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f)
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}).") from None
+    values = read_values(directory)
     if values.get("model_type", "albert") != "albert":
         raise CheckpointError(f"{path} is a {values['model_type']!r} config, not an ALBERT one.")
     keys = {key: values.get(key, default) for key, default in _HF_DEFAULTS.items()}
@@ -192,6 +202,32 @@ def read_config(directory: str) -> AlbertConfig:
         return AlbertConfig.from_dict(keys)
     except ConfigError as e:
         raise CheckpointError(f"{path}: {e}") from None
+
+
+def read_values(directory: str) -> dict:
+    """The keys of an HF `config.json`, as stored.
+
+    Raises:
+        CheckpointError: the file is missing or not valid JSON.
+    """
+    path = os.path.join(directory, CONFIG_FILE)
+    if not os.path.isfile(path):
+        raise CheckpointError(f"No {CONFIG_FILE} in {directory}; is this an HF model directory?")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}).") from None
+
+
+def head_architecture(model) -> str | None:
+    """The HF class whose task head computes `model`'s, or None (no task head, or SQuAD
+    v2.0's XLNet-style one, which HF has no class for)."""
+    kind, _ = task_head(model)
+    if kind == CLASSIFIER:
+        multiple_choice = isinstance(model, AlbertMultipleChoice)
+        return "AlbertForMultipleChoice" if multiple_choice else "AlbertForSequenceClassification"
+    return "AlbertForQuestionAnswering" if kind == SQUAD_V1 else None
 
 
 def config_to_hf(config: AlbertConfig, architecture: str) -> dict:
@@ -216,6 +252,9 @@ def config_to_hf(config: AlbertConfig, architecture: str) -> dict:
 def load(model, directory: str) -> LoadResult:
     """Loads an HF ALBERT directory into an AlbertBackbone, AlbertPretrainer or fine-tuning model.
 
+    A task model also takes its head from a file of the HF class that computes it
+    (`head_architecture`) when the shapes fit, and leaves it initialised otherwise.
+
     Args:
         model: the Keras model; its config must match `config.json`.
         directory: holds `config.json` and `model.safetensors`.
@@ -225,7 +264,8 @@ def load(model, directory: str) -> LoadResult:
 
     Raises:
         CheckpointError: missing files, a config that differs from the model's, or any
-            missing, unexpected or mis-shaped tensor (nothing is assigned then).
+            missing, unexpected or mis-shaped tensor outside the task head (nothing is
+            assigned then).
     """
     checkpoint_config = read_config(directory)
     check_group_mapping(checkpoint_config, os.path.join(directory, CONFIG_FILE))
@@ -259,18 +299,21 @@ def load(model, directory: str) -> LoadResult:
                     weights_path,
                 )
                 bound[BACKBONE] = {k: v for k, v in bound[BACKBONE].items() if k not in _POOLER}
+            architectures = read_values(directory).get("architectures") or []
+            if not _fitting_head(model, bound[TASK_HEAD], shapes, architectures, weights_path):
+                bound[TASK_HEAD] = {}  # its names are then ignored, as a backbone's are
             assignments, ignored_heads = plan_load(
-                bound,
-                shapes,
-                HF_TABLE.head_names() | set(_TIED) | set(_TASK_HEADS),
-                weights_path,
+                bound, shapes, HF_TABLE.head_names() | set(_TIED), weights_path
             )
             task_heads = [name for name in ignored_heads if name in _TASK_HEADS]
             if task_heads:
                 logging.warning(
-                    "%s: HF's task head (%s) is not read here; the encoder is.",
+                    "%s: HF's task head (%s) is not read into an %s (the file is an %s); "
+                    "the encoder is.",
                     weights_path,
                     ", ".join(task_heads),
+                    type(model).__name__,
+                    " or ".join(architectures) or "HF model of no named class",
                 )
             assign(assignments, read)
     except SafetensorError as e:
@@ -304,9 +347,36 @@ def check_group_mapping(config: AlbertConfig, source: str) -> None:
 
 
 _POOLER = ("albert.pooler.weight", "albert.pooler.bias")
-# HF's fine-tuning heads (AlbertForSequenceClassification, AlbertForQuestionAnswering, ...):
-# no model here binds their names, so they are left out, as a pretraining head is.
-_TASK_HEADS = ("classifier.weight", "classifier.bias", "qa_outputs.weight", "qa_outputs.bias")
+# HF's fine-tuning heads' names (AlbertForTokenClassification's too, which holds `classifier`).
+_TASK_HEADS = set().union(*HF_TABLE.task_heads.values())
+
+
+def _fitting_head(model, head: dict, shapes: dict, architectures: list, source: str) -> bool:
+    """Whether the file's task head loads into `model`'s (`head`: name -> Binding).
+
+    Only a file of the HF class that computes `model`'s head holds it (an
+    AlbertForTokenClassification's `classifier` is applied to every position, not to the
+    pooled output). A head of another shape (3 labels for a 2-label classifier) is left out,
+    with a warning, as a training checkpoint's is: the model's head starts from its initial
+    values.
+    """
+    if not any(name in shapes for name in head):
+        return True  # none stored: `plan_load` leaves the head initialised
+    if head_architecture(model) not in architectures:
+        return False
+    wrong = [name for name, binding in head.items() if shapes.get(name) != binding.foreign_shape]
+    if any(name in shapes for name in wrong):
+        logging.warning(
+            "%s: the %s head (%s) does not fit this %s (it needs %s); it starts from its "
+            "initial values.",
+            source,
+            head_architecture(model),
+            ", ".join(f"{name} {tuple(shapes[name])}" for name in wrong if name in shapes),
+            type(model).__name__,
+            ", ".join(f"{name} {head[name].foreign_shape}" for name in wrong),
+        )
+        return False
+    return True
 
 
 def _model_names(stored_names) -> dict:
@@ -366,31 +436,45 @@ def _identity_mapping(shapes: dict, read, source: str) -> list:
     return names
 
 
-def save(model, directory: str) -> str:
-    """Writes `model` as an HF directory that `AlbertForPreTraining.from_pretrained` reads.
+def save(model, directory: str, labels=None, problem_type=None) -> str:
+    """Writes `model` as an HF directory that its HF class's `from_pretrained` reads.
 
     Args:
         model: an AlbertPretrainer (written as AlbertForPreTraining), an AlbertBackbone
-            (written as AlbertModel), or a backbone with its MLM head alone
-            (`albert.convert_checkpoint.LoadedParts`, written as AlbertForMaskedLM).
+            (written as AlbertModel), a backbone with its MLM head alone
+            (`albert.convert_checkpoint.LoadedParts`, written as AlbertForMaskedLM), or a
+            task model with a head HF has a class for (`head_architecture`: an
+            AlbertClassifier as AlbertForSequenceClassification, an AlbertMultipleChoice as
+            AlbertForMultipleChoice, a SQuAD v1.1 AlbertQuestionAnswering as
+            AlbertForQuestionAnswering, which holds no pooler).
         directory: created if needed; receives `config.json` and `model.safetensors`.
+        labels: an AlbertClassifier's label names in class-id order (config.json's
+            `id2label`); None or () for HF's LABEL_0, LABEL_1, ...
+        problem_type: an AlbertClassifier's HF `problem_type`; None for "regression" with
+            one label, else "single_label_classification" (our softmax cross-entropy).
 
     Returns:
         `directory`.
 
     Raises:
-        CheckpointError: the model's layer sharing cannot be written in HF names, or it has
-            a fine-tuning head (which the table has no names for; it would be dropped).
+        CheckpointError: the model's layer sharing cannot be written in HF names, or its
+            task head has no HF class (SQuAD v2.0's), or `labels` is not one per class.
     """
-    if task_head(model)[0] is not None:
+    task_architecture = head_architecture(model)
+    if task_head(model)[0] is not None and task_architecture is None:
         raise CheckpointError(
-            f"A {type(model).__name__}'s task head has no HF names here; save it as tf1 (the "
-            "original's names) or keras, or save its .backbone alone."
+            f"This {type(model).__name__}'s SQuAD 2.0 head (the original's XLNet-style start, "
+            "end and answer-class layers) has no HF class; save it as tf1 (the original's "
+            "names) or keras, or save its .backbone alone."
         )
     bound = bind(HF_TABLE, model, "HF")
     config = model_parts(model)[BACKBONE].config
+    task_keys = _task_config(model, task_architecture, labels, problem_type)  # may raise
     # Raises, before anything is written, for a sharing HF names or HF's model cannot hold.
     check_group_mapping(exportable_config(config), directory)
+    if task_architecture == "AlbertForQuestionAnswering":
+        # HF builds it with add_pooling_layer=False; the span head never reads the pooler.
+        bound[BACKBONE] = {k: v for k, v in bound[BACKBONE].items() if k not in _POOLER}
     os.makedirs(directory, exist_ok=True)
     # Each file is written under a temporary name and renamed whole (as albert.fileio does,
     # without importing TensorFlow). HF's loader checks the file says it holds torch tensors.
@@ -403,14 +487,50 @@ def save(model, directory: str) -> str:
         arrays[_MAPPING_BIAS] = np.zeros(config.hidden_size, dtype="float32")
     save_file(arrays, temporary, metadata={"format": "pt"})
     os.replace(temporary, weights)
-    if bound[SENTENCE_ORDER]:
+    if task_architecture:
+        architecture = task_architecture
+    elif bound[SENTENCE_ORDER]:
         architecture = "AlbertForPreTraining"
     else:
         architecture = "AlbertForMaskedLM" if bound[MASKED_LM] else "AlbertModel"
     config_path = os.path.join(directory, CONFIG_FILE)
     temporary = f"{config_path}.tmp-{uuid.uuid4().hex}"
     with open(temporary, "w", encoding="utf-8") as f:
-        json.dump(config_to_hf(config, architecture), f, indent=2, sort_keys=True)
+        json.dump({**config_to_hf(config, architecture), **task_keys}, f, indent=2, sort_keys=True)
         f.write("\n")
     os.replace(temporary, config_path)
     return directory
+
+
+def _task_config(model, architecture, labels, problem_type) -> dict:
+    """config.json's label keys for a task model's HF class ({} for the others).
+
+    HF sizes AlbertForSequenceClassification's `classifier` and AlbertForQuestionAnswering's
+    `qa_outputs` by `num_labels` (from `id2label`); AlbertForMultipleChoice's is always [1, H].
+
+    Raises:
+        CheckpointError: `labels` is not one name per class.
+    """
+    if architecture == "AlbertForQuestionAnswering":
+        num_labels, problem_type = 2, None  # start and end
+    elif architecture == "AlbertForSequenceClassification":
+        num_labels = model.num_labels
+        if problem_type is None:
+            one = num_labels == 1
+            problem_type = "regression" if one else "single_label_classification"
+    else:
+        return {}
+    labels = list(labels or [f"LABEL_{i}" for i in range(num_labels)])
+    if len(labels) != num_labels or len(set(labels)) != num_labels:
+        raise CheckpointError(
+            f"{len(labels)} label names ({', '.join(labels)}) for the {num_labels} distinct "
+            f"outputs of this {type(model).__name__}."
+        )
+    values = {
+        "num_labels": num_labels,
+        "id2label": {str(i): label for i, label in enumerate(labels)},
+        "label2id": {label: i for i, label in enumerate(labels)},
+    }
+    if problem_type:
+        values["problem_type"] = problem_type
+    return values

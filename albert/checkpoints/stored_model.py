@@ -11,13 +11,26 @@ head is recognised by the names it stores, in each format that can hold one:
 and in Keras weights (`model.weights.h5`) by the layers `classifier`, `albert_span_head` and
 `albert_squad_v2_head`. A classifier's first dimension is its number of labels. RACE
 scores each choice with a one-label classifier, so its head is the same weights, and the same
-TF1 names, as a one-label `AlbertClassifier`'s. HF checkpoints are read as pretraining ones.
+TF1 names, as a one-label `AlbertClassifier`'s (only the caller can tell them apart:
+`multiple_choice`). An HF directory names its class in config.json's `architectures`: the
+three whose head is one of ours (`albert.checkpoints.hf.head_architecture`) are task models,
+any other is read as a pretraining one.
 """
 
 from __future__ import annotations
 
-from albert.checkpoints.table import CLASSIFIER, SQUAD_V1, SQUAD_V2
-from albert.modeling import AlbertClassifier, AlbertPretrainer, AlbertQuestionAnswering
+import os
+
+from albert.checkpoints.table import CLASSIFIER, SQUAD_V1, SQUAD_V2, CheckpointError
+from albert.modeling import (
+    AlbertClassifier,
+    AlbertMultipleChoice,
+    AlbertPretrainer,
+    AlbertQuestionAnswering,
+)
+
+# Only an HF file's `architectures` tells RACE's one-label head from a regression one.
+MULTIPLE_CHOICE = "multiple_choice"
 
 # format -> head kind -> the stored name that marks it (a classifier's holds num_labels first).
 _MARKERS = {
@@ -37,6 +50,12 @@ _MARKERS = {
         SQUAD_V2: "start_logits/dense/kernel",
     },
 }
+# HF class -> (head kind, the tensor [out, H] that holds its head).
+_HF_HEADS = {
+    "AlbertForSequenceClassification": (CLASSIFIER, "classifier.weight"),
+    "AlbertForMultipleChoice": (MULTIPLE_CHOICE, "classifier.weight"),
+    "AlbertForQuestionAnswering": (SQUAD_V1, "qa_outputs.weight"),
+}
 
 
 def stored_task_head(path: str, format_name: str) -> tuple:
@@ -47,8 +66,11 @@ def stored_task_head(path: str, format_name: str) -> tuple:
         format_name: its format, as `albert.checkpoints.detect_format` names it.
 
     Returns:
-        kind is `CLASSIFIER`, `SQUAD_V1` or `SQUAD_V2`; num_labels is set for a classifier.
+        kind is `CLASSIFIER`, `SQUAD_V1` or `SQUAD_V2` (or `MULTIPLE_CHOICE`, for an HF
+        AlbertForMultipleChoice); num_labels is set for a classifier.
     """
+    if format_name == "hf":
+        return _hf_task_head(path)
     markers = _MARKERS.get(format_name)
     if markers is None:
         return None, None
@@ -59,14 +81,21 @@ def stored_task_head(path: str, format_name: str) -> tuple:
     return None, None
 
 
-def build_stored_model(config, path: str, format_name: str):
+def build_stored_model(config, path: str, format_name: str, multiple_choice: bool = False):
     """The model that holds every weight stored at `path`, built from `config`.
 
+    Args:
+        multiple_choice: a one-label classifier head is RACE's (an `AlbertMultipleChoice`,
+            the same weights); an HF file says so itself.
+
     Returns:
-        An `AlbertClassifier` or `AlbertQuestionAnswering` for a fine-tuned checkpoint, else an
-        `AlbertPretrainer` (whose heads an encoder-only checkpoint leaves initialised).
+        An `AlbertClassifier`, `AlbertMultipleChoice` or `AlbertQuestionAnswering` for a
+        fine-tuned checkpoint, else an `AlbertPretrainer` (whose heads an encoder-only
+        checkpoint leaves initialised).
     """
     kind, num_labels = stored_task_head(path, format_name)
+    if kind == MULTIPLE_CHOICE or (kind == CLASSIFIER and num_labels == 1 and multiple_choice):
+        return AlbertMultipleChoice(config)
     if kind == CLASSIFIER:
         return AlbertClassifier(config, num_labels=num_labels)
     if kind in (SQUAD_V1, SQUAD_V2):
@@ -97,3 +126,27 @@ def _stored_shapes(path: str, format_name: str) -> dict:
         for name in _MARKERS[format_name].values()
         if training_format.value_key(name) in stored
     }
+
+
+def _hf_task_head(path: str) -> tuple:
+    """`stored_task_head` of an HF directory: its class's head, where it is one of ours."""
+    from safetensors import SafetensorError, safe_open
+
+    from albert.checkpoints import hf
+
+    architectures = hf.read_values(path).get("architectures") or []
+    weights_path = os.path.join(path, hf.WEIGHTS_FILE)
+    try:
+        with safe_open(weights_path, framework="np") as f:
+            shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}
+    except SafetensorError as e:
+        raise CheckpointError(f"Cannot read {weights_path}: {e}") from None
+    for architecture in architectures:
+        kind, name = _HF_HEADS.get(architecture, (None, None))
+        if name in shapes:
+            outputs = int(shapes[name][0])
+            if kind == CLASSIFIER:
+                return kind, outputs
+            if outputs == (1 if kind == MULTIPLE_CHOICE else 2):  # else it loads nowhere here
+                return kind, None
+    return None, None

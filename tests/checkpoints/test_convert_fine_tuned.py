@@ -15,7 +15,13 @@ from checkpoint_testing import randomize, read_tf1, reference_tf1_shapes
 from test_convert_checkpoint import _run_cli, main_with_flags
 from test_original_finetuned_heads import build, head_shapes
 
-from albert.checkpoints import load_checkpoint, save_checkpoint, tf1, training_format
+from albert.checkpoints import (
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+    tf1,
+    training_format,
+)
 from albert.convert_checkpoint import OutputFormatError, convert
 from albert.modeling import AlbertClassifier
 from tests.helpers import tiny_config
@@ -84,19 +90,25 @@ def test_tf1_export_converts_back_to_the_same_task_model(tmp_path):
         assert np.max(np.abs(a.numpy() - b.numpy())) == 0, a.path
 
 
-def test_fine_tuned_run_to_hf_is_refused_in_one_line(tmp_path, capsys):
-    fine_tuning_run(tmp_path / "run", "classifier")
+def test_squad_v2_run_to_hf_is_refused_in_one_line(tmp_path, capsys):
+    # HF has no class for the original's XLNet-style SQuAD 2.0 head (the other heads convert:
+    # tests/checkpoints/test_hf_task_heads.py).
+    fine_tuning_run(tmp_path / "run", "squad_v2")
     with pytest.raises(OutputFormatError, match="use --output_format=tf1"):
         convert(str(tmp_path / "run"), str(tmp_path / "hf"), "hf")
     flags = [f"--input={tmp_path / 'run'}", f"--output={tmp_path / 'hf'}", "--output_format=hf"]
     assert main_with_flags(*flags) == 2
     lines = capsys.readouterr().err.splitlines()
     assert [line for line in lines if "error" in line] == [
-        f"convert_checkpoint: error: --input={tmp_path / 'run'} is a fine-tuned AlbertClassifier, "
-        "whose head has no HF names here; use --output_format=tf1 (the original's names) or "
-        "keras."
+        f"convert_checkpoint: error: --input={tmp_path / 'run'} is a fine-tuned "
+        "AlbertQuestionAnswering with the SQuAD 2.0 head (the original's XLNet-style start, "
+        "end and answer-class layers), which no HF class computes; use --output_format=tf1 "
+        "(the original's names) or keras."
     ]
     assert not (tmp_path / "hf").exists()
+    with pytest.raises(CheckpointError, match="SQuAD 2.0 head .* has no HF class"):
+        save_checkpoint(build("squad_v2", tiny_config()), str(tmp_path / "api"), "hf")
+    assert not (tmp_path / "api").exists()
 
 
 @pytest.mark.slow

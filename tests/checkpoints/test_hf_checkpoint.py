@@ -123,7 +123,7 @@ def test_a_file_without_the_pooler_loads_the_rest(tmp_path, caplog):
 
 def test_an_hf_question_answering_file_initialises_the_encoder(tmp_path, caplog):
     # AlbertForQuestionAnswering as transformers saves it: no pooler, no pretraining heads,
-    # a qa_outputs head whose names nothing here binds.
+    # a qa_outputs head, which a backbone has no place for.
     def as_question_answering(tensors):
         for name in list(tensors):
             if not name.startswith("albert.") or name.startswith("albert.pooler."):
