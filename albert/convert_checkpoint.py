@@ -225,6 +225,9 @@ class LoadedParts:
     backbone: object
     masked_lm_head: object = None
     sentence_order_head: object = None
+    # False when the input held no pooler (HF's AlbertForMaskedLM saves none): the HF writer
+    # then leaves out the initial values rather than write them as trained.
+    pooler_loaded: bool = True
 
 
 def loaded_parts(model, result, output_format: str):
@@ -254,7 +257,9 @@ def loaded_parts(model, result, output_format: str):
         )
     if not heads or output_format == "keras":
         return model.backbone
-    return LoadedParts(model.backbone, **heads)
+    pooler = model.backbone.pooler.weights
+    pooler_loaded = not any(variable.path in initialised for variable in pooler)
+    return LoadedParts(model.backbone, **heads, pooler_loaded=pooler_loaded)
 
 
 def source_step(input_path: str) -> int:

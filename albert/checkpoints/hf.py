@@ -472,8 +472,12 @@ def save(model, directory: str, labels=None, problem_type=None) -> str:
     task_keys = _task_config(model, task_architecture, labels, problem_type)  # may raise
     # Raises, before anything is written, for a sharing HF names or HF's model cannot hold.
     check_group_mapping(exportable_config(config), directory)
-    if task_architecture == "AlbertForQuestionAnswering":
-        # HF builds it with add_pooling_layer=False; the span head never reads the pooler.
+    masked_lm_only = bound[MASKED_LM] and not bound[SENTENCE_ORDER] and not task_architecture
+    if task_architecture == "AlbertForQuestionAnswering" or (
+        masked_lm_only and not getattr(model, "pooler_loaded", True)
+    ):
+        # HF builds both with add_pooling_layer=False (the span and MLM heads never read the
+        # pooler); an AlbertForMaskedLM input held none, so ours has only initial values.
         bound[BACKBONE] = {k: v for k, v in bound[BACKBONE].items() if k not in _POOLER}
     os.makedirs(directory, exist_ok=True)
     # Each file is written under a temporary name and renamed whole (as albert.fileio does,

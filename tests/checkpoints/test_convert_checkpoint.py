@@ -100,6 +100,25 @@ def test_masked_lm_only_input_keeps_its_head(tmp_path):
     assert not any(name.startswith("cls/seq_relationship") for name in tf1)
 
 
+def test_masked_lm_file_without_pooler_round_trips_without_one(tmp_path):
+    """HF's AlbertForMaskedLM is built without a pooler and saves none: HF -> HF writes every
+    tensor it read and no pooler of initial values (which HF would report as unexpected)."""
+    tensors = load_file(os.path.join(HF_FIXTURE, "model.safetensors"))
+    pooler = ("albert.pooler.weight", "albert.pooler.bias")
+    mlm_file = {
+        k: v for k, v in tensors.items() if not k.startswith("sop_classifier.") and k not in pooler
+    }
+    source = tmp_path / "hf_mlm"
+    source.mkdir()
+    save_file(mlm_file, str(source / "model.safetensors"), metadata={"format": "pt"})
+    shutil.copy(os.path.join(HF_FIXTURE, "config.json"), source)
+    convert(str(source), str(tmp_path / "hf"), "hf")
+    written = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    assert set(written) == set(mlm_file)
+    for name, value in mlm_file.items():
+        assert np.array_equal(written[name], value), name
+
+
 def test_config_file_flag_overrides_and_is_checked(tmp_path):
     wrong = tiny_config(intermediate_size=40)
     wrong.to_json_file(str(tmp_path / "wrong.json"))
