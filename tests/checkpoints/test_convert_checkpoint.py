@@ -78,20 +78,32 @@ def test_encoder_only_input_is_written_without_heads(tmp_path):
         assert json.load(f)["architectures"] == ["AlbertModel"]
 
 
-def test_masked_lm_only_input_keeps_its_head(tmp_path):
-    """HF AlbertForMaskedLM files (albert-base-v2 on the hub) have the MLM head and no SOP
-    head: the MLM head is written, the SOP head (never trained) is not."""
+def _masked_lm_round_trip(tmp_path, left_out=()):
+    """Writes the HF fixture without its SOP head and `left_out` as an HF AlbertForMaskedLM
+    directory, converts it to HF; returns (the tensors written there, the source directory,
+    the tensors it holds)."""
     tensors = load_file(os.path.join(HF_FIXTURE, "model.safetensors"))
-    mlm_only = {k: v for k, v in tensors.items() if not k.startswith("sop_classifier.")}
+    mlm_file = {
+        k: v
+        for k, v in tensors.items()
+        if not k.startswith("sop_classifier.") and k not in left_out
+    }
     source = tmp_path / "hf_mlm"
     source.mkdir()
-    save_file(mlm_only, str(source / "model.safetensors"), metadata={"format": "pt"})
+    save_file(mlm_file, str(source / "model.safetensors"), metadata={"format": "pt"})
     shutil.copy(os.path.join(HF_FIXTURE, "config.json"), source)
     convert(str(source), str(tmp_path / "hf"), "hf")
     written = load_file(str(tmp_path / "hf" / "model.safetensors"))
-    assert set(written) == set(mlm_only)
-    for name, value in mlm_only.items():
+    assert set(written) == set(mlm_file)
+    for name, value in mlm_file.items():
         assert np.array_equal(written[name], value), name
+    return written, source, mlm_file
+
+
+def test_masked_lm_only_input_keeps_its_head(tmp_path):
+    """HF AlbertForMaskedLM files (albert-base-v2 on the hub) have the MLM head and no SOP
+    head: the MLM head is written, the SOP head (never trained) is not."""
+    _, source, mlm_only = _masked_lm_round_trip(tmp_path)
     with open(tmp_path / "hf" / "config.json") as f:
         assert json.load(f)["architectures"] == ["AlbertForMaskedLM"]
     convert(str(source), str(tmp_path / "tf1"), "tf1")
@@ -103,20 +115,8 @@ def test_masked_lm_only_input_keeps_its_head(tmp_path):
 def test_masked_lm_file_without_pooler_round_trips_without_one(tmp_path):
     """HF's AlbertForMaskedLM is built without a pooler and saves none: HF -> HF writes every
     tensor it read and no pooler of initial values (which HF would report as unexpected)."""
-    tensors = load_file(os.path.join(HF_FIXTURE, "model.safetensors"))
-    pooler = ("albert.pooler.weight", "albert.pooler.bias")
-    mlm_file = {
-        k: v for k, v in tensors.items() if not k.startswith("sop_classifier.") and k not in pooler
-    }
-    source = tmp_path / "hf_mlm"
-    source.mkdir()
-    save_file(mlm_file, str(source / "model.safetensors"), metadata={"format": "pt"})
-    shutil.copy(os.path.join(HF_FIXTURE, "config.json"), source)
-    convert(str(source), str(tmp_path / "hf"), "hf")
-    written = load_file(str(tmp_path / "hf" / "model.safetensors"))
-    assert set(written) == set(mlm_file)
-    for name, value in mlm_file.items():
-        assert np.array_equal(written[name], value), name
+    written, _, _ = _masked_lm_round_trip(tmp_path, ("albert.pooler.weight", "albert.pooler.bias"))
+    assert not any(name.startswith("albert.pooler") for name in written)
 
 
 def test_config_file_flag_overrides_and_is_checked(tmp_path):
