@@ -2,11 +2,12 @@
 
 HF MNLI models often order their classes entailment, neutral, contradiction (or upper-case),
 ours contradiction, entailment, neutral: a head loaded for a GLUE task (--init_checkpoint, to
-fine-tune, evaluate or predict) is put in the task's order, so it predicts the label strings
-HF does. Shape letters: N examples, C classes (3), H hidden.
+fine-tune, evaluate or predict; convert_checkpoint --task_name to TF1 or Keras) is put in the
+task's order, so it predicts the label strings HF does; HF to HF keeps the file's order. Shape letters: N examples, C classes (3), H hidden.
 """
 
 import csv
+import json
 import os
 
 import numpy as np
@@ -18,6 +19,7 @@ transformers = pytest.importorskip("transformers")
 from test_hf_task_heads import hf_model, hf_outputs, inputs  # noqa: E402
 
 from albert.checkpoints import read_config  # noqa: E402
+from albert.convert_checkpoint import OutputFormatError, convert  # noqa: E402
 from albert.modeling import AlbertClassifier  # noqa: E402
 from albert.tasks.weights import load_finetuning_weights  # noqa: E402
 
@@ -178,3 +180,43 @@ def test_run_classifier_predicts_and_evaluates_hf_labels_with_an_hf_class_order(
     accuracy = np.mean([p == e.label for p, e in zip(dev_predicted, dev_examples, strict=True)])
     assert 0 < accuracy < 1
     assert metrics["accuracy"] == pytest.approx(accuracy)
+
+
+def read_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("output_format", ["tf1", "keras"])
+def test_hf_to_tf1_or_keras_with_a_task_writes_the_task_order(tmp_path, output_format):
+    names = ("ENTAILMENT", "NEUTRAL", "CONTRADICTION")
+    source = hf_classifier(tmp_path / "hf", names)
+    convert(str(tmp_path / "hf"), str(tmp_path / "out"), output_format, task_name="mnli")
+    convert(str(tmp_path / "hf"), str(tmp_path / "as_is"), output_format)
+    features = inputs("AlbertForSequenceClassification")
+    theirs = hf_outputs(source, features)["logits"]
+    for directory, rows in [("out", rows_in_task_order(names, MNLI)), ("as_is", [0, 1, 2])]:
+        model = AlbertClassifier(read_config(str(tmp_path / "hf")), num_labels=3)
+        load_finetuning_weights(model, str(tmp_path / directory), require_head=True)
+        ours = np.asarray(model(features)["logits"])
+        np.testing.assert_allclose(ours, theirs[:, rows], atol=1e-5, err_msg=directory)
+    with pytest.raises(OutputFormatError, match="not the 2-output classifier head of"):
+        convert(str(tmp_path / "hf"), str(tmp_path / "mrpc"), output_format, task_name="mrpc")
+
+
+def test_hf_to_hf_with_a_task_keeps_the_file_order_and_names(tmp_path):
+    hf_classifier(tmp_path / "hf", HF_MNLI)
+    convert(str(tmp_path / "hf"), str(tmp_path / "again"), "hf", task_name="mnli")
+    before, after = (read_json(tmp_path / d / "config.json") for d in ("hf", "again"))
+    assert (
+        after["id2label"]
+        == before["id2label"]
+        == {"0": "entailment", "1": "neutral", "2": "contradiction"}
+    )
+    assert after["label2id"] == before["label2id"]
+    from safetensors.numpy import load_file
+
+    original, written = (
+        load_file(str(tmp_path / d / "model.safetensors")) for d in ("hf", "again")
+    )
+    np.testing.assert_array_equal(written["classifier.weight"], original["classifier.weight"])
