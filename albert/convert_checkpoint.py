@@ -16,7 +16,7 @@ RACE's one-label head from STS-B's, which `--output_format=hf` otherwise refuses
 An HF fine-tuned input names its classes (`id2label`), perhaps in another order than the GLUE
 task's: to HF it keeps its own names and order; to TF1 or Keras, which hold no names, with
 `--task_name` its head's rows are put in the task's order (`hf.order_classes`), and without
-it they are written in the file's order. SQuAD v2.0's XLNet-style head has no HF class:
+it they are written in the file's order (with a warning naming its classes). SQuAD v2.0's XLNet-style head has no HF class:
 `--output_format=hf` refuses it.
 
 Usage:
@@ -158,6 +158,8 @@ def convert(
         labels = hf_labels(model, input_path, format_name, task_name)  # before writing
     elif format_name == "hf" and task_name is not None:
         classes = task_labels(model, input_path, task_name)
+    elif format_name == "hf":
+        warn_names_dropped(model, input_path, output_format)
     result = load_checkpoint(model, input_path, format_name)
     if classes:
         # TF1 and Keras files hold no label names: the head's rows go in the task's order.
@@ -229,6 +231,23 @@ def task_labels(model, input_path: str, task_name: str) -> list | None:
             f"{expected} of --task_name={task_name}; pass the task it was fine-tuned on."
         )
     return list(task.labels) or None
+
+
+def warn_names_dropped(model, input_path: str, output_format: str) -> None:
+    """Warns that an HF classifier's class names (not HF's LABEL_i) are not written to TF1 or
+    Keras, which hold none: whatever reads it takes the file's order as its task's."""
+    if hf.head_architecture(model) != "AlbertForSequenceClassification" or model.num_labels < 2:
+        return
+    id2label = hf.read_values(input_path).get("id2label") or {}
+    names = [str(id2label.get(str(i), f"LABEL_{i}")) for i in range(model.num_labels)]
+    if names != [f"LABEL_{i}" for i in range(model.num_labels)]:
+        logging.warning(
+            "%s names its classes %s (in class-id order); %s holds no names, so they are "
+            "written in this order. Pass --task_name to put them in a GLUE task's order.",
+            input_path,
+            ", ".join(names),
+            output_format,
+        )
 
 
 def _head_description(model) -> str:

@@ -188,11 +188,15 @@ def read_json(path):
 
 
 @pytest.mark.parametrize("output_format", ["tf1", "keras"])
-def test_hf_to_tf1_or_keras_with_a_task_writes_the_task_order(tmp_path, output_format):
+def test_hf_to_tf1_or_keras_with_a_task_writes_the_task_order(tmp_path, absl_caplog, output_format):
     names = ("ENTAILMENT", "NEUTRAL", "CONTRADICTION")
     source = hf_classifier(tmp_path / "hf", names)
     convert(str(tmp_path / "hf"), str(tmp_path / "out"), output_format, task_name="mnli")
+    assert "holds no names" not in absl_caplog.text
     convert(str(tmp_path / "hf"), str(tmp_path / "as_is"), output_format)
+    # Without the task the names are lost: say so, and how to keep the order.
+    assert "ENTAILMENT, NEUTRAL, CONTRADICTION (in class-id order); " in absl_caplog.text
+    assert "Pass --task_name" in absl_caplog.text
     features = inputs("AlbertForSequenceClassification")
     theirs = hf_outputs(source, features)["logits"]
     for directory, rows in [("out", rows_in_task_order(names, MNLI)), ("as_is", [0, 1, 2])]:
