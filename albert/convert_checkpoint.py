@@ -13,7 +13,11 @@ and `output_bias` for GLUE and RACE, `cls/squad/...`, `start_logits/...`); in Ke
 AlbertForQuestionAnswering, without a pooler, for SQuAD v1.1). A run does not record its task:
 `--task_name` (a GLUE task, or race) gives HF's config.json the GLUE label names, and tells
 RACE's one-label head from STS-B's, which `--output_format=hf` otherwise refuses to guess.
-SQuAD v2.0's XLNet-style head has no HF class: `--output_format=hf` refuses it.
+An HF fine-tuned input names its classes (`id2label`), perhaps in another order than the GLUE
+task's: to HF it keeps its own names and order; to TF1 or Keras, which hold no names, with
+`--task_name` its head's rows are put in the task's order (`hf.order_classes`), and without
+it they are written in the file's order (with a warning naming its classes). SQuAD v2.0's XLNet-style head has no HF class:
+`--output_format=hf` refuses it.
 
 Usage:
     python -m albert.convert_checkpoint --input=albert_base/model.ckpt-best \
@@ -62,7 +66,8 @@ flags.DEFINE_string(
     None,
     "The task a fine-tuned --input was trained on, for --output_format=hf: a GLUE task (its "
     "label names go into config.json's id2label) or race (AlbertForMultipleChoice). Needed for "
-    "a one-label head, which is STS-B's regression or RACE's.",
+    "a one-label head, which is STS-B's regression or RACE's. For an HF --input to tf1 or "
+    "keras, the head's classes are put in the GLUE task's order (HF's id2label may differ).",
 )
 flags.DEFINE_bool(
     "overwrite", False, "Write into a --output directory that already holds files (not a run's)."
@@ -122,7 +127,8 @@ def convert(
         output_format: "tf1", "hf" or "keras".
         albert_config_file: the config; read from the checkpoint when None.
         overwrite: write into an `output` that already holds files (never a training run's).
-        task_name: the fine-tuned input's task (a GLUE task or "race"), for "hf".
+        task_name: the fine-tuned input's task (a GLUE task or "race"), for "hf"; for an
+            HF input to "tf1" or "keras", the class order its head is written in.
 
     Returns:
         What was written (see `albert.checkpoints.save_checkpoint`).
@@ -130,8 +136,8 @@ def convert(
     Raises:
         CheckpointError: no checkpoint at `input_path`, no config, a checkpoint that does
             not fit the config, or an `output` that `check_output_dir` refuses.
-        OutputFormatError: to "hf", a head HF has no class for (SQuAD v2.0), a one-label
-            head without `task_name`, or a `task_name` whose task has another head.
+        OutputFormatError: to "hf", a head HF has no class for (SQuAD v2.0) or a one-label
+            head without `task_name`; a `task_name` whose task has another head.
         ConfigError: an invalid config file.
     """
     check_output_dir(output, overwrite)
@@ -147,9 +153,17 @@ def convert(
     # An HF file names its class; elsewhere RACE's head is a one-label classifier's weights.
     race = (task_name or "").strip().lower() == "race" and format_name != "hf"
     model = build_stored_model(config, input_path, format_name, multiple_choice=race)
+    labels = classes = None
     if output_format == "hf":
         labels = hf_labels(model, input_path, format_name, task_name)  # before writing
+    elif format_name == "hf" and task_name is not None:
+        classes = task_labels(model, input_path, task_name)
+    elif format_name == "hf":
+        warn_names_dropped(model, input_path, output_format)
     result = load_checkpoint(model, input_path, format_name)
+    if classes:
+        # TF1 and Keras files hold no label names: the head's rows go in the task's order.
+        hf.order_classes(model, input_path, classes)
     source = loaded_parts(model, result, output_format)
     if output_format == "hf":
         written = hf.save(source, output, *labels)
@@ -162,8 +176,9 @@ def convert(
 def hf_labels(model, input_path: str, format_name: str, task_name: str | None) -> tuple:
     """(label names, problem_type) of HF's config.json for `model`, as `hf.save` takes them.
 
-    The names are the GLUE task's (`task_name`), else an HF input's own, else HF's LABEL_i
-    (None); the problem_type is an HF input's own, else None (`hf.save` picks it).
+    The names are an HF input's own (its rows are written in its order), else the GLUE
+    task's (`task_name`), else HF's LABEL_i (None); the problem_type is an HF input's own,
+    else None (`hf.save` picks it).
 
     Raises:
         OutputFormatError: a head HF has no class for, a one-label classifier (STS-B's or
@@ -178,12 +193,13 @@ def hf_labels(model, input_path: str, format_name: str, task_name: str | None) -
             "class computes; use --output_format=tf1 (the original's names) or keras."
         )
     classifier = architecture == "AlbertForSequenceClassification"
+    labels = None if task_name is None else task_labels(model, input_path, task_name)
+    if format_name == "hf" and classifier:
+        values = hf.read_values(input_path)
+        id2label = values.get("id2label") or {}
+        labels = [id2label.get(str(i)) for i in range(model.num_labels)]  # keys "0", "1", ...
+        return (None if None in labels else labels), values.get("problem_type")
     if task_name is None:
-        if format_name == "hf" and classifier:
-            values = hf.read_values(input_path)
-            id2label = values.get("id2label") or {}
-            labels = [id2label.get(str(i)) for i in range(model.num_labels)]  # keys "0", "1", ...
-            return (None if None in labels else labels), values.get("problem_type")
         if classifier and model.num_labels == 1:
             raise OutputFormatError(
                 f"--input={input_path} holds a one-label classifier head: STS-B's regression "
@@ -191,19 +207,47 @@ def hf_labels(model, input_path: str, format_name: str, task_name: str | None) -
                 "(AlbertForSequenceClassification) or --task_name=race (AlbertForMultipleChoice)."
             )
         return None, None
+    return labels, None
+
+
+def task_labels(model, input_path: str, task_name: str) -> list | None:
+    """The class names of `task_name` (a GLUE task) in class-id order, None for RACE's or
+    STS-B's head, after checking that `model`'s head is that task's.
+
+    Raises:
+        OutputFormatError: an unknown task, or a `task_name` whose task has another head.
+    """
+    classifier = hf.head_architecture(model) == "AlbertForSequenceClassification"
     try:
         task = None if task_name.strip().lower() == "race" else glue_tasks.get_task(task_name)
     except glue_tasks.GlueDataError as e:
         raise OutputFormatError(f"{e} (or race)") from None
     if task is None and isinstance(model, AlbertMultipleChoice):
-        return None, None
+        return None
     if task is None or not classifier or task.num_labels != model.num_labels:
         expected = "multiple-choice head" if task is None else _head_of(task.num_labels)
         raise OutputFormatError(
             f"--input={input_path} holds {_head_description(model)}, not the "
             f"{expected} of --task_name={task_name}; pass the task it was fine-tuned on."
         )
-    return list(task.labels) or None, None
+    return list(task.labels) or None
+
+
+def warn_names_dropped(model, input_path: str, output_format: str) -> None:
+    """Warns that an HF classifier's class names (not HF's LABEL_i) are not written to TF1 or
+    Keras, which hold none: whatever reads it takes the file's order as its task's."""
+    if hf.head_architecture(model) != "AlbertForSequenceClassification" or model.num_labels < 2:
+        return
+    id2label = hf.read_values(input_path).get("id2label") or {}
+    names = [str(id2label.get(str(i), f"LABEL_{i}")) for i in range(model.num_labels)]
+    if names != [f"LABEL_{i}" for i in range(model.num_labels)]:
+        logging.warning(
+            "%s names its classes %s (in class-id order); %s holds no names, so they are "
+            "written in this order. Pass --task_name to put them in a GLUE task's order.",
+            input_path,
+            ", ".join(names),
+            output_format,
+        )
 
 
 def _head_description(model) -> str:

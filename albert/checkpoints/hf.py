@@ -9,9 +9,11 @@ loads with the pooler left at its initial values, as HF loads one, and a warning
 
 Three of HF's fine-tuning classes compute a head of ours (see `head_architecture`); their
 head loads into that task model (the file's `architectures` says which class it is), so an HF
-fine-tuned model predicts here as it does in HF. Any other HF head, or one of another shape
-(3 labels for a 2-label classifier), is left out with a warning: the task model's head starts
-from its initial values and a run initialises from the encoder.
+fine-tuned model predicts here as it does in HF (for a GLUE task, `order_classes` puts an
+AlbertForSequenceClassification's classes, named in config.json's id2label, in the task's
+order). Any other HF head, or one of another shape (3 labels for a 2-label classifier), is
+left out with a warning: the task model's head starts from its initial values and a run
+initialises from the encoder.
 """
 
 from __future__ import annotations
@@ -228,6 +230,74 @@ def head_architecture(model) -> str | None:
         multiple_choice = isinstance(model, AlbertMultipleChoice)
         return "AlbertForMultipleChoice" if multiple_choice else "AlbertForSequenceClassification"
     return "AlbertForQuestionAnswering" if kind == SQUAD_V1 else None
+
+
+def order_classes(model, directory: str, labels) -> None:
+    """Puts the classes of an AlbertForSequenceClassification file's head, loaded into the
+    AlbertClassifier `model`, in the order of a task's `labels`.
+
+    HF models name their classes in config.json's `id2label`, often in another order than
+    the task's (MNLI's contradiction, neutral, entailment for our contradiction, entailment,
+    neutral); row i of `classifier.weight` is class `id2label[i]`. Names are compared without
+    case. The same names in another order: the head's rows [C, H] and biases [C] are
+    permuted into the task's order (logged). HF's unnamed LABEL_0, LABEL_1, ... or other
+    names (not_equivalent for "0"): the file's order is assumed to be the task's, with a
+    warning. The classes' names are not matched further (no synonyms).
+
+    Args:
+        model: an AlbertClassifier whose head was just loaded from `directory`.
+        directory: the HF directory.
+        labels: the task's class names in class-id order (() for regression: nothing to do).
+    """
+    source = os.path.join(directory, CONFIG_FILE)
+    values = read_values(directory)
+    if values.get("problem_type") == "multi_label_classification" and len(labels) > 1:
+        logging.warning(
+            "%s: problem_type multi_label_classification: HF scores each class with a "
+            "sigmoid; here the same logits are scored with a softmax over the classes (the "
+            "predicted class is the same, the probabilities are not).",
+            source,
+        )
+    rows = _task_rows(values, labels, source)
+    if rows is not None:
+        head = model.classifier
+        for variable in (head.output_weights, head.output_bias):  # [C, H], [C]
+            variable.assign(np.asarray(variable.numpy())[rows])
+
+
+def _task_rows(values: dict, labels, source: str) -> list | None:
+    """The file's class id of each of `labels` (`order_classes`), or None to keep its order."""
+    id2label = {str(key): str(name) for key, name in (values.get("id2label") or {}).items()}
+    names = [id2label.get(str(i), f"LABEL_{i}") for i in range(len(labels))]
+    found, wanted = [n.lower() for n in names], [n.lower() for n in labels]
+    if len(labels) < 2 or found == wanted:
+        return None
+    if found == [f"label_{i}" for i in range(len(labels))]:
+        logging.warning(
+            "%s names its classes %s, which say nothing of their order: it is assumed to be "
+            "the task's (%s).",
+            source,
+            ", ".join(names),
+            ", ".join(labels),
+        )
+        return None
+    if sorted(found) == sorted(wanted) and len(set(wanted)) == len(wanted):
+        logging.info(
+            "%s holds the classes in the order %s: its head is reordered to the task's (%s).",
+            source,
+            ", ".join(names),
+            ", ".join(labels),
+        )
+        return [found.index(name) for name in wanted]
+    logging.warning(
+        "%s names its classes %s (in class-id order), not the task's %s: the file's order is "
+        "assumed to be the task's (%s).",
+        source,
+        ", ".join(names),
+        ", ".join(labels),
+        ", ".join(f"{n} as {label}" for n, label in zip(names, labels, strict=True)),
+    )
+    return None
 
 
 def config_to_hf(config: AlbertConfig, architecture: str) -> dict:

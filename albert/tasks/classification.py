@@ -74,6 +74,7 @@ class GlueTask(engine.FineTuningTask):
             config, train_batch_size, eval_batch_size, predict_batch_size, max_seq_length
         )
         self.glue = glue.get_task(task_name)
+        self.head_labels = self.glue.labels
         self.data_dir = data_dir
         self.tokenizer = tokenizer
         self.max_seq_length = max_seq_length

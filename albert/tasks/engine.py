@@ -114,6 +114,9 @@ class FineTuningTask(TrainingTask):
     # Where features held in memory are written for the input hosts to read: `run` sets
     # `output_dir/features`; None (a task used outside `run`): a local temporary directory.
     feature_dir = None
+    # The class names of the head's outputs in class-id order (a GLUE task's): an HF
+    # classifier read from --init_checkpoint is put in this order (`load_finetuning_weights`).
+    head_labels = ()
 
     def __init__(
         self, config, train_batch_size, eval_batch_size, predict_batch_size, max_seq_length
@@ -311,7 +314,7 @@ class FineTuningTask(TrainingTask):
     # --- Weights ---------------------------------------------------------------------
 
     def load_initial_weights(self, model, path):
-        load_finetuning_weights(model, path)
+        load_finetuning_weights(model, path, labels=self.head_labels)
 
 
 # --- The run -----------------------------------------------------------------------------
@@ -435,7 +438,7 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
         model = task.create_model()
     if options.do_eval and not options.do_train:
         _evaluate_saved_checkpoints(task, model, strategy, options)
-    path, step = load_final_weights(model, options)
+    path, step = load_final_weights(model, options, task.head_labels)
     chief = is_chief(strategy)
     steps_per_call = options.iterations_per_loop
     if options.do_eval:

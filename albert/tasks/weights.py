@@ -4,8 +4,10 @@ A run starts from any checkpoint `albert.checkpoints.load_any` reads: the encode
 task head too when the checkpoint holds one of the same shape. Evaluation, prediction and
 export after training use `model.ckpt-best` in `output_dir`, else its latest checkpoint, else
 `--init_checkpoint` (which must then hold the task head, e.g. an MNLI fine-tuning run to
-predict AX with). A run that predicts without evaluating takes the final evaluation an
-earlier run wrote for the same weights (`earlier_evaluation`: SQuAD 2.0's tuned threshold).
+predict AX with). An HF classifier's classes are put in the task's order (`labels`, see
+`albert.checkpoints.hf.order_classes`). A run that predicts without evaluating takes the final
+evaluation an earlier run wrote for the same weights (`earlier_evaluation`: SQuAD 2.0's tuned
+threshold).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from albert.checkpoints import load_any, training_format
+from albert.checkpoints import hf, load_any, training_format
 from albert.metrics import EVAL_RESULTS_FILE, read_eval_results
 from albert.tasks import FineTuningError
 from albert.training import checkpointing
@@ -36,7 +38,7 @@ def head_weights(model):
     return [w for w in model.weights if id(w) not in backbone]
 
 
-def load_finetuning_weights(model, path, require_head=False):
+def load_finetuning_weights(model, path, require_head=False, labels=()):
     """Loads `--init_checkpoint` into a fine-tuning model: the encoder always, the head too
     when the checkpoint holds one of the same shape (e.g. MNLI weights to predict AX).
 
@@ -45,6 +47,8 @@ def load_finetuning_weights(model, path, require_head=False):
         path: one of our training checkpoints or run directories (fine-tuning or
             pretraining), an official TF1 checkpoint, an HF directory or Keras weights.
         require_head: raise unless the head was loaded too (to predict without training).
+        labels: the class names of the head's outputs in class-id order (a GLUE task's): an
+            HF head of other names or order is reordered or warned about.
 
     Returns:
         Whether the head was loaded.
@@ -59,6 +63,8 @@ def load_finetuning_weights(model, path, require_head=False):
     path = result.path
     initialised = set(result.initialised)
     head_loaded = not any(w.path in initialised for w in head)
+    if head_loaded and result.format == "hf" and labels:
+        hf.order_classes(model, path, labels)  # HF's id2label may order them otherwise
     if require_head and not head_loaded:
         raise FineTuningError(
             f"--init_checkpoint={path} holds no {type(model).__name__} head of this shape, so "
@@ -73,8 +79,11 @@ def load_finetuning_weights(model, path, require_head=False):
     return head_loaded
 
 
-def load_final_weights(model, options):
+def load_final_weights(model, options, labels=()):
     """Loads the weights that evaluation, prediction and export use (see the module doc).
+
+    Args:
+        labels: as `load_finetuning_weights` takes them, for `--init_checkpoint`.
 
     Returns:
         (checkpoint path, its global step or None).
@@ -89,7 +98,7 @@ def load_final_weights(model, options):
         training_format.restore_model_weights(model, path)
     elif options.init_checkpoint:
         path = resolve_checkpoint(options.init_checkpoint)
-        load_finetuning_weights(model, path, require_head=True)
+        load_finetuning_weights(model, path, require_head=True, labels=labels)
     else:
         raise FineTuningError(
             f"--output_dir={options.output_dir} holds no checkpoint to evaluate or predict "
