@@ -121,7 +121,10 @@ def earlier_evaluation(output_dir, path, step):
     name = os.path.basename(path)
     for results in reversed(blocks):
         checkpoint = str(results.get("checkpoint", ""))
-        if os.path.basename(checkpoint) == name and results.get("global_step") == step:
+        # Compared as text: weights without a step (an HF directory, `*.weights.h5`) have
+        # step None, which the file holds as "None" and reads back as that string.
+        same_step = str(results.get("global_step")) == str(step)
+        if os.path.basename(checkpoint) == name and same_step:
             results_file = os.path.join(output_dir, EVAL_RESULTS_FILE)
             return results if _written_after(results_file, path) else None
     return None

@@ -275,6 +275,21 @@ def test_earlier_evaluation_is_of_the_same_weights(tmp_path):
     assert earlier_evaluation(str(tmp_path), str(best), 4) is None
 
 
+def test_earlier_evaluation_of_weights_without_a_step(tmp_path):
+    # --init_checkpoint=<run>/model.weights.h5 (or an HF directory) has no global step: its
+    # evaluation is written as `global_step = None` and must still be found for --do_predict.
+    from albert.metrics import write_eval_results
+    from albert.tasks.weights import earlier_evaluation
+
+    weights = tmp_path / "model.weights.h5"
+    weights.write_text("")
+    results = {"global_step": None, "null_score_diff_threshold": -1.5, "checkpoint": str(weights)}
+    write_eval_results(str(tmp_path), results)
+    found = earlier_evaluation(str(tmp_path), str(weights), None)
+    assert found is not None and found["null_score_diff_threshold"] == -1.5
+    assert earlier_evaluation(str(tmp_path), str(weights), 4) is None
+
+
 @pytest.mark.slow
 def test_v2_test_file_predictions_take_the_threshold_tuned_on_dev(tmp_path):
     # Train and evaluate on dev, then predict a test file without answers in another run: the
