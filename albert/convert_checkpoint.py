@@ -48,6 +48,7 @@ from albert.checkpoints.stored_model import build_stored_model
 from albert.checkpoints.table import task_head
 from albert.config import AlbertConfig, ConfigError
 from albert.modeling import AlbertMultipleChoice
+from albert.training import flags as training_flags
 from albert.training.failures import describe_failure, traceback_requested
 
 FLAGS = flags.FLAGS
@@ -67,7 +68,8 @@ flags.DEFINE_string(
     "The task a fine-tuned --input was trained on, for --output_format=hf: a GLUE task (its "
     "label names go into config.json's id2label) or race (AlbertForMultipleChoice). Needed for "
     "a one-label head, which is STS-B's regression or RACE's. For an HF --input to tf1 or "
-    "keras, the head's classes are put in the GLUE task's order (HF's id2label may differ).",
+    "keras, the head's classes are put in the GLUE task's order (HF's id2label may differ). "
+    "Given for any input and format, it must be the task of the input's head.",
 )
 flags.DEFINE_bool(
     "overwrite", False, "Write into a --output directory that already holds files (not a run's)."
@@ -160,6 +162,8 @@ def convert(
         classes = task_labels(model, input_path, task_name)
     elif format_name == "hf":
         warn_names_dropped(model, input_path, output_format)
+    elif task_name is not None:
+        task_labels(model, input_path, task_name)  # a task that is not the input's is an error
     result = load_checkpoint(model, input_path, format_name)
     if classes:
         # TF1 and Keras files hold no label names: the head's rows go in the task's order.
@@ -221,7 +225,7 @@ def task_labels(model, input_path: str, task_name: str) -> list | None:
     try:
         task = None if task_name.strip().lower() == "race" else glue_tasks.get_task(task_name)
     except glue_tasks.GlueDataError as e:
-        raise OutputFormatError(f"{e} (or race)") from None
+        raise OutputFormatError(f"{str(e).rstrip('.')} (or race).") from None
     if task is None and isinstance(model, AlbertMultipleChoice):
         return None
     if task is None or not classifier or task.num_labels != model.num_labels:
@@ -320,6 +324,8 @@ def source_step(input_path: str) -> int:
 def main(argv):
     del argv  # unused
     try:
+        # One line and exit 2 for a missing flag, as every entry point.
+        training_flags.require(FLAGS, "input", "output", "output_format")
         convert(
             FLAGS.input,
             FLAGS.output,
@@ -328,7 +334,7 @@ def main(argv):
             FLAGS.overwrite,
             FLAGS.task_name,
         )
-    except (CheckpointError, ConfigError) as e:
+    except (CheckpointError, ConfigError, training_flags.FlagError) as e:
         # Exit 2 for every one-line error (a missing, corrupted or fine-tuned-for-hf input, a
         # config that does not fit, an --output in use), as every entry point.
         print(f"convert_checkpoint: error: {e}", file=sys.stderr)
@@ -345,7 +351,6 @@ def main(argv):
 
 def run():
     """Console-script entry point (`albert-convert`)."""
-    flags.mark_flags_as_required(["input", "output", "output_format"])
     app.run(main)
 
 

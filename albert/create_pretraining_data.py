@@ -89,6 +89,9 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
+    # A missing flag is one line and exit 2, as in the training scripts (absl's own check
+    # prints a multi-line FATAL block).
+    training_flags.require(FLAGS, "input_file", "output_file")
     config = PretrainingDataConfig(
         input_file=FLAGS.input_file,
         output_file=FLAGS.output_file,
@@ -121,7 +124,6 @@ def main(argv):
 
 def run():
     """Console-script entry point (`albert-create-data`): errors print as one line."""
-    flags.mark_flags_as_required(["input_file", "output_file"])
     training_flags.run_main(main)
 
 

@@ -203,3 +203,27 @@ def test_run_squad_v1_and_v2_py_fix_the_version(version, expected):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"version_2: {expected}" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "module, given, missing",
+    [
+        ("create_pretraining_data", "--output_file=o", "input_file"),
+        ("convert_checkpoint", "--output=o", "input"),
+        ("data.vocab", "--model_prefix=o", "input_file"),
+    ],
+)
+def test_a_missing_required_flag_is_one_line_and_exit_2(tmp_path, module, given, missing):
+    """As the run_* scripts, not absl's multi-line `FATAL Flags parsing error` with exit 1."""
+    result = subprocess.run(
+        [sys.executable, "-m", f"albert.{module}", given],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if ": error: " in line]
+    assert len(lines) == 1 and lines[0].endswith(f"error: --{missing} is required."), lines
+    assert "FATAL" not in result.stderr and "Traceback" not in result.stderr

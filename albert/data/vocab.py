@@ -190,11 +190,13 @@ def main(argv=None):
     flags.DEFINE_integer("input_sentence_size", 10_000_000, "Lines sampled (0: all).")
     flags.DEFINE_bool("normalize_text", True, "Apply preprocess_text to every line.")
     flags.DEFINE_integer("random_seed", 12345, "Seed of the line sampling.")
-    flags.mark_flags_as_required(["input_file", "model_prefix"])
 
     def run(_):
         f = flags.FLAGS
         try:
+            for name in ("input_file", "model_prefix"):  # one line, not absl's FATAL block
+                if not getattr(f, name):
+                    raise VocabError(f"--{name} is required.")
             path = train_vocab(
                 f.input_file,
                 f.model_prefix,

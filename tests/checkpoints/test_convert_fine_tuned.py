@@ -120,3 +120,32 @@ def test_cli_converts_a_fine_tuning_run_to_tf1(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert tf.train.latest_checkpoint(str(tmp_path / "tf1")) == str(tmp_path / "tf1" / "model.ckpt")
     assert_original_names_and_values(tmp_path, model, "classifier", step=4)
+
+
+@pytest.mark.parametrize(
+    "kind, task_name, message",
+    [
+        (
+            "classifier",
+            "bogus",
+            "Unknown --task_name='bogus'; choose one of .*, ax \\(or race\\)\\.$",
+        ),
+        ("classifier", "race", "not the multiple-choice head of --task_name=race"),
+        ("squad_v1", "mrpc", "not the 2-output classifier head of --task_name=mrpc"),
+    ],
+)
+def test_a_task_name_that_is_not_the_inputs_is_refused_for_every_format(
+    tmp_path, kind, task_name, message
+):
+    """--task_name is checked against the input's head for tf1 and keras too, not ignored."""
+    fine_tuning_run(tmp_path / "run", kind)
+    for output_format in ("tf1", "keras"):
+        with pytest.raises(OutputFormatError, match=message):
+            convert(
+                str(tmp_path / "run"),
+                str(tmp_path / output_format),
+                output_format,
+                None,
+                task_name=task_name,
+            )
+        assert not (tmp_path / output_format).exists()
