@@ -7,7 +7,7 @@ HF's `gelu` is the exact (erf) GELU, our `gelu_exact`; its `gelu_new` is our `ge
 A file without the pooler (HF's AlbertForMaskedLM and AlbertForQuestionAnswering save none)
 loads with the pooler left at its initial values, as HF loads one, and a warning.
 
-Three of HF's fine-tuning classes compute a head of ours (see `head_architecture`); their
+Three of HF's fine-tuning classes compute a head of ours (`albert.checkpoints.hf_heads`); their
 head loads into that task model (the file's `architectures` says which class it is), so an HF
 fine-tuned model predicts here as it does in HF (for a GLUE task, `order_classes` puts an
 AlbertForSequenceClassification's classes, named in config.json's id2label, in the task's
@@ -27,6 +27,8 @@ from absl import logging
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
+from albert.checkpoints import hf_heads
+from albert.checkpoints.hf_heads import head_architecture
 from albert.checkpoints.table import (
     BACKBONE,
     CLASSIFIER,
@@ -48,7 +50,6 @@ from albert.checkpoints.table import (
     task_head,
 )
 from albert.config import AlbertConfig, ConfigError
-from albert.modeling import AlbertMultipleChoice
 
 HF_TABLE = NameTable(
     backbone={
@@ -222,16 +223,6 @@ def read_values(directory: str) -> dict:
         raise CheckpointError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}).") from None
 
 
-def head_architecture(model) -> str | None:
-    """The HF class whose task head computes `model`'s, or None (no task head, or SQuAD
-    v2.0's XLNet-style one, which HF has no class for)."""
-    kind, _ = task_head(model)
-    if kind == CLASSIFIER:
-        multiple_choice = isinstance(model, AlbertMultipleChoice)
-        return "AlbertForMultipleChoice" if multiple_choice else "AlbertForSequenceClassification"
-    return "AlbertForQuestionAnswering" if kind == SQUAD_V1 else None
-
-
 def order_classes(model, directory: str, labels) -> None:
     """Puts the classes of an AlbertForSequenceClassification file's head, loaded into the
     AlbertClassifier `model`, in the order of a task's `labels`.
@@ -249,55 +240,7 @@ def order_classes(model, directory: str, labels) -> None:
         directory: the HF directory.
         labels: the task's class names in class-id order (() for regression: nothing to do).
     """
-    source = os.path.join(directory, CONFIG_FILE)
-    values = read_values(directory)
-    if values.get("problem_type") == "multi_label_classification" and len(labels) > 1:
-        logging.warning(
-            "%s: problem_type multi_label_classification: HF scores each class with a "
-            "sigmoid; here the same logits are scored with a softmax over the classes (the "
-            "predicted class is the same, the probabilities are not).",
-            source,
-        )
-    rows = _task_rows(values, labels, source)
-    if rows is not None:
-        head = model.classifier
-        for variable in (head.output_weights, head.output_bias):  # [C, H], [C]
-            variable.assign(np.asarray(variable.numpy())[rows])
-
-
-def _task_rows(values: dict, labels, source: str) -> list | None:
-    """The file's class id of each of `labels` (`order_classes`), or None to keep its order."""
-    id2label = {str(key): str(name) for key, name in (values.get("id2label") or {}).items()}
-    names = [id2label.get(str(i), f"LABEL_{i}") for i in range(len(labels))]
-    found, wanted = [n.lower() for n in names], [n.lower() for n in labels]
-    if len(labels) < 2 or found == wanted:
-        return None
-    if found == [f"label_{i}" for i in range(len(labels))]:
-        logging.warning(
-            "%s names its classes %s, which say nothing of their order: it is assumed to be "
-            "the task's (%s).",
-            source,
-            ", ".join(names),
-            ", ".join(labels),
-        )
-        return None
-    if sorted(found) == sorted(wanted) and len(set(wanted)) == len(wanted):
-        logging.info(
-            "%s holds the classes in the order %s: its head is reordered to the task's (%s).",
-            source,
-            ", ".join(names),
-            ", ".join(labels),
-        )
-        return [found.index(name) for name in wanted]
-    logging.warning(
-        "%s names its classes %s (in class-id order), not the task's %s: the file's order is "
-        "assumed to be the task's (%s).",
-        source,
-        ", ".join(names),
-        ", ".join(labels),
-        ", ".join(f"{n} as {label}" for n, label in zip(names, labels, strict=True)),
-    )
-    return None
+    hf_heads.reorder(model, read_values(directory), labels, os.path.join(directory, CONFIG_FILE))
 
 
 def config_to_hf(config: AlbertConfig, architecture: str) -> dict:
@@ -370,7 +313,9 @@ def load(model, directory: str) -> LoadResult:
                 )
                 bound[BACKBONE] = {k: v for k, v in bound[BACKBONE].items() if k not in _POOLER}
             architectures = read_values(directory).get("architectures") or []
-            if not _fitting_head(model, bound[TASK_HEAD], shapes, architectures, weights_path):
+            if not hf_heads.fitting_head(
+                model, bound[TASK_HEAD], shapes, architectures, weights_path
+            ):
                 bound[TASK_HEAD] = {}  # its names are then ignored, as a backbone's are
             assignments, ignored_heads = plan_load(
                 bound, shapes, HF_TABLE.head_names() | set(_TIED), weights_path
@@ -419,34 +364,6 @@ def check_group_mapping(config: AlbertConfig, source: str) -> None:
 _POOLER = ("albert.pooler.weight", "albert.pooler.bias")
 # HF's fine-tuning heads' names (AlbertForTokenClassification's too, which holds `classifier`).
 _TASK_HEADS = set().union(*HF_TABLE.task_heads.values())
-
-
-def _fitting_head(model, head: dict, shapes: dict, architectures: list, source: str) -> bool:
-    """Whether the file's task head loads into `model`'s (`head`: name -> Binding).
-
-    Only a file of the HF class that computes `model`'s head holds it (an
-    AlbertForTokenClassification's `classifier` is applied to every position, not to the
-    pooled output). A head of another shape (3 labels for a 2-label classifier) is left out,
-    with a warning, as a training checkpoint's is: the model's head starts from its initial
-    values.
-    """
-    if not any(name in shapes for name in head):
-        return True  # none stored: `plan_load` leaves the head initialised
-    if head_architecture(model) not in architectures:
-        return False
-    wrong = [name for name, binding in head.items() if shapes.get(name) != binding.foreign_shape]
-    if any(name in shapes for name in wrong):
-        logging.warning(
-            "%s: the %s head (%s) does not fit this %s (it needs %s); it starts from its "
-            "initial values.",
-            source,
-            head_architecture(model),
-            ", ".join(f"{name} {tuple(shapes[name])}" for name in wrong if name in shapes),
-            type(model).__name__,
-            ", ".join(f"{name} {head[name].foreign_shape}" for name in wrong),
-        )
-        return False
-    return True
 
 
 def _model_names(stored_names) -> dict:
@@ -539,7 +456,7 @@ def save(model, directory: str, labels=None, problem_type=None) -> str:
         )
     bound = bind(HF_TABLE, model, "HF")
     config = model_parts(model)[BACKBONE].config
-    task_keys = _task_config(model, task_architecture, labels, problem_type)  # may raise
+    task_keys = hf_heads.task_config(model, task_architecture, labels, problem_type)  # may raise
     # Raises, before anything is written, for a sharing HF names or HF's model cannot hold.
     check_group_mapping(exportable_config(config), directory)
     masked_lm_only = bound[MASKED_LM] and not bound[SENTENCE_ORDER] and not task_architecture
@@ -574,37 +491,3 @@ def save(model, directory: str, labels=None, problem_type=None) -> str:
         f.write("\n")
     os.replace(temporary, config_path)
     return directory
-
-
-def _task_config(model, architecture, labels, problem_type) -> dict:
-    """config.json's label keys for a task model's HF class ({} for the others).
-
-    HF sizes AlbertForSequenceClassification's `classifier` and AlbertForQuestionAnswering's
-    `qa_outputs` by `num_labels` (from `id2label`); AlbertForMultipleChoice's is always [1, H].
-
-    Raises:
-        CheckpointError: `labels` is not one name per class.
-    """
-    if architecture == "AlbertForQuestionAnswering":
-        num_labels, problem_type = 2, None  # start and end
-    elif architecture == "AlbertForSequenceClassification":
-        num_labels = model.num_labels
-        if problem_type is None:
-            one = num_labels == 1
-            problem_type = "regression" if one else "single_label_classification"
-    else:
-        return {}
-    labels = list(labels or [f"LABEL_{i}" for i in range(num_labels)])
-    if len(labels) != num_labels or len(set(labels)) != num_labels:
-        raise CheckpointError(
-            f"{len(labels)} label names ({', '.join(labels)}) for the {num_labels} distinct "
-            f"outputs of this {type(model).__name__}."
-        )
-    values = {
-        "num_labels": num_labels,
-        "id2label": {str(i): label for i, label in enumerate(labels)},
-        "label2id": {label: i for i, label in enumerate(labels)},
-    }
-    if problem_type:
-        values["problem_type"] = problem_type
-    return values
