@@ -30,6 +30,13 @@ def _env():
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
 
 
+def _python(*args, cwd=REPO):
+    """`python *args` run to its end, its output captured."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=300
+    )
+
+
 @pytest.fixture(scope="module")
 def helpshort():
     """module -> finished `python -m albert.<module> --helpshort`, all started at once."""
@@ -74,14 +81,7 @@ def _squad_version(module, *args):
         f"sys.argv = ['{module}', *{list(args)!r}]\n"
         f"{module}.run()\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", program],
-        cwd=REPO,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _python("-c", program)
     assert done.returncode == 0, done.stderr[-2000:]
     printed = [line for line in done.stdout.splitlines() if line.startswith("version_2:")]
     return printed, done.stderr
@@ -198,9 +198,7 @@ def test_run_squad_v1_and_v2_py_fix_the_version(version, expected):
         f"sys.argv = ['run_squad_{version}.py']\n"
         f"runpy.run_path('run_squad_{version}.py', run_name='__main__')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", program], cwd=REPO, env=_env(), capture_output=True, text=True
-    )
+    done = _python("-c", program)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"version_2: {expected}" in done.stdout
 
@@ -215,14 +213,7 @@ def test_run_squad_v1_and_v2_py_fix_the_version(version, expected):
 )
 def test_a_missing_required_flag_is_one_line_and_exit_2(tmp_path, module, given, missing):
     """As the run_* scripts, not absl's multi-line `FATAL Flags parsing error` with exit 1."""
-    result = subprocess.run(
-        [sys.executable, "-m", f"albert.{module}", given],
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = _python("-m", f"albert.{module}", given, cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if ": error: " in line]
     assert len(lines) == 1 and lines[0].endswith(f"error: --{missing} is required."), lines
