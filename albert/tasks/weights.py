@@ -115,19 +115,33 @@ def earlier_evaluation(output_dir, path, step):
 
     A block matches when it names a checkpoint of the same file name and global step and the
     file was written after that checkpoint: `model.ckpt-best` rewritten by later training
-    (with --nodo_eval) is not matched by the evaluation of the weights it replaced.
+    (with --nodo_eval) is not matched by the evaluation of the weights it replaced. Weights
+    without a step (an HF directory, `*.weights.h5`) match only by their whole path: every
+    Keras file convert_checkpoint writes is named `model.weights.h5`.
     """
     blocks = read_eval_results(output_dir)
-    name = os.path.basename(path)
     for results in reversed(blocks):
         checkpoint = str(results.get("checkpoint", ""))
-        # Compared as text: weights without a step (an HF directory, `*.weights.h5`) have
-        # step None, which the file holds as "None" and reads back as that string.
+        # Compared as text: weights without a step have step None, which the file holds as
+        # "None" and reads back as that string.
         same_step = str(results.get("global_step")) == str(step)
-        if os.path.basename(checkpoint) == name and same_step:
+        if _same_weights(checkpoint, path, step) and same_step:
             results_file = os.path.join(output_dir, EVAL_RESULTS_FILE)
             return results if _written_after(results_file, path) else None
     return None
+
+
+def _same_weights(checkpoint, path, step):
+    """Whether the `checkpoint` an evaluation names is the weights at `path`: a training
+    checkpoint by its file name (its step is compared too), other weights by their path."""
+    if step is None:
+        return _normalised(checkpoint) == _normalised(path)
+    return os.path.basename(checkpoint) == os.path.basename(path)
+
+
+def _normalised(path):
+    # A local path made absolute (--init_checkpoint given relative in one run, not the other).
+    return path.rstrip("/") if "://" in path else os.path.abspath(path)
 
 
 def _written_after(results_file, path):
