@@ -269,6 +269,12 @@ def test_earlier_evaluation_is_of_the_same_weights(tmp_path):
     assert earlier_evaluation(str(tmp_path), "model.ckpt-best", 4) is None  # no such file
     assert earlier_evaluation(str(tmp_path), str(tmp_path / "model.ckpt-8"), 8) is None
     assert earlier_evaluation(str(tmp_path), str(best), 8) is None  # another step
+    # --init_checkpoint=<another run>: its model.ckpt-best of the same step is other weights.
+    other = tmp_path / "other_run" / "model.ckpt-best"
+    other.parent.mkdir()
+    (tmp_path / "other_run" / "model.ckpt-best.index").write_text("")
+    os.utime(tmp_path / "other_run" / "model.ckpt-best.index", ns=(0, 0))
+    assert earlier_evaluation(str(tmp_path), str(other), 4) is None
     # model.ckpt-best rewritten after the evaluation (training went on with --nodo_eval).
     later = (tmp_path / "eval_results.txt").stat().st_mtime_ns + 10**9
     os.utime(tmp_path / "model.ckpt-best.index", ns=(later, later))
