@@ -113,21 +113,37 @@ def earlier_evaluation(output_dir, path, step):
     """The final evaluation an earlier run wrote to `output_dir/eval_results.txt` for the
     weights at `path` (global step `step`), or None.
 
-    A block matches when it names a checkpoint of the same file name and global step and the
-    file was written after that checkpoint: `model.ckpt-best` rewritten by later training
-    (with --nodo_eval) is not matched by the evaluation of the weights it replaced.
+    A block matches when it names the same weights (`_same_weights`) of the same global step
+    and the file was written after them: `model.ckpt-best` rewritten by later training (with
+    --nodo_eval) is not matched by the evaluation of the weights it replaced.
     """
     blocks = read_eval_results(output_dir)
-    name = os.path.basename(path)
     for results in reversed(blocks):
         checkpoint = str(results.get("checkpoint", ""))
-        # Compared as text: weights without a step (an HF directory, `*.weights.h5`) have
-        # step None, which the file holds as "None" and reads back as that string.
+        # Compared as text: weights without a step have step None, which the file holds as
+        # "None" and reads back as that string.
         same_step = str(results.get("global_step")) == str(step)
-        if os.path.basename(checkpoint) == name and same_step:
+        if _same_weights(output_dir, checkpoint, path, step) and same_step:
             results_file = os.path.join(output_dir, EVAL_RESULTS_FILE)
             return results if _written_after(results_file, path) else None
     return None
+
+
+def _same_weights(output_dir, checkpoint, path, step):
+    """Whether the `checkpoint` an evaluation names is the weights at `path`: a training
+    checkpoint of `output_dir` by its file name (the directory may be named another way;
+    its step is compared too), any other weights by their whole path. Another run's
+    `model.ckpt-best` of the same step, or any other Keras file (convert_checkpoint names
+    each `model.weights.h5`), is other weights."""
+    in_output_dir = os.path.dirname(_normalised(path)) == _normalised(output_dir)
+    if step is not None and in_output_dir:
+        return os.path.basename(checkpoint) == os.path.basename(path)
+    return _normalised(checkpoint) == _normalised(path)
+
+
+def _normalised(path):
+    # A local path made absolute (a flag given relative in one run, not the other).
+    return path.rstrip("/") if "://" in path else os.path.abspath(path)
 
 
 def _written_after(results_file, path):

@@ -269,13 +269,19 @@ def test_earlier_evaluation_is_of_the_same_weights(tmp_path):
     assert earlier_evaluation(str(tmp_path), "model.ckpt-best", 4) is None  # no such file
     assert earlier_evaluation(str(tmp_path), str(tmp_path / "model.ckpt-8"), 8) is None
     assert earlier_evaluation(str(tmp_path), str(best), 8) is None  # another step
+    # --init_checkpoint=<another run>: its model.ckpt-best of the same step is other weights.
+    other = tmp_path / "other_run" / "model.ckpt-best"
+    other.parent.mkdir()
+    (tmp_path / "other_run" / "model.ckpt-best.index").write_text("")
+    os.utime(tmp_path / "other_run" / "model.ckpt-best.index", ns=(0, 0))
+    assert earlier_evaluation(str(tmp_path), str(other), 4) is None
     # model.ckpt-best rewritten after the evaluation (training went on with --nodo_eval).
     later = (tmp_path / "eval_results.txt").stat().st_mtime_ns + 10**9
     os.utime(tmp_path / "model.ckpt-best.index", ns=(later, later))
     assert earlier_evaluation(str(tmp_path), str(best), 4) is None
 
 
-def test_earlier_evaluation_of_weights_without_a_step(tmp_path):
+def test_earlier_evaluation_of_weights_without_a_step(tmp_path, monkeypatch):
     # --init_checkpoint=<run>/model.weights.h5 (or an HF directory) has no global step: its
     # evaluation is written as `global_step = None` and must still be found for --do_predict.
     from albert.metrics import write_eval_results
@@ -288,6 +294,16 @@ def test_earlier_evaluation_of_weights_without_a_step(tmp_path):
     found = earlier_evaluation(str(tmp_path), str(weights), None)
     assert found is not None and found["null_score_diff_threshold"] == -1.5
     assert earlier_evaluation(str(tmp_path), str(weights), 4) is None
+    # Another run's Keras file, of the same name (convert_checkpoint always writes
+    # model.weights.h5): its predictions must not take this evaluation's threshold.
+    other = tmp_path / "other" / "model.weights.h5"
+    other.parent.mkdir()
+    other.write_text("")
+    os.utime(other, ns=(0, 0))  # written before the evaluation, as weights usually are
+    assert earlier_evaluation(str(tmp_path), str(other), None) is None
+    # The same file named by a relative path is the same weights.
+    monkeypatch.chdir(tmp_path)
+    assert earlier_evaluation(str(tmp_path), "./model.weights.h5", None) is not None
 
 
 @pytest.mark.slow
