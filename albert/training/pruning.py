@@ -53,9 +53,13 @@ def remove_evaluated_checkpoints(output_dir, checkpoints):
     oldest_kept = steps[-KEPT_NEWEST]
     best = _best_step(output_dir)
     best_copied = best is not None and _best_copy_holds(output_dir, best)
+    recorded = _mtime(os.path.join(output_dir, checkpointing.EVALUATED_FILE))
 
     def removable(step):
-        return step < oldest_kept and step <= evaluated and (step != best or best_copied)
+        # A checkpoint written after the evaluation record was never evaluated, whatever its
+        # step: a new run in a directory that holds an older run's records.
+        evaluated_then = step <= evaluated and _written_at(output_dir, step) <= recorded
+        return step < oldest_kept and evaluated_then and (step != best or best_copied)
 
     state = _unlist(output_dir, {step for step in steps if removable(step)})
     listed = {checkpointing.checkpoint_step(p) for p in state.all_model_checkpoint_paths}
@@ -86,7 +90,22 @@ def _best_copy_holds(output_dir, step):
     best = os.path.join(output_dir, BEST_PREFIX)
     if not tf.io.gfile.exists(best + ".index"):
         return False
-    return training_format.global_step(best) == step and checkpointing.is_intact(best)
+    # Copied from the step's checkpoint, so written after it: an older run's best of the
+    # same step holds other weights.
+    copied_after = _mtime(best + ".index") >= _written_at(output_dir, step)
+    same_step = training_format.global_step(best) == step
+    return copied_after and same_step and checkpointing.is_intact(best)
+
+
+def _mtime(path):
+    return tf.io.gfile.stat(path).mtime_nsec if tf.io.gfile.exists(path) else 0
+
+
+def _written_at(output_dir, step):
+    """When the step checkpoint's newest file was written (0 when none is left)."""
+    prefix = f"{CHECKPOINT_NAME}-"  # not the input state, written before the checkpoint
+    files = [p for p in _step_files(output_dir, step) if os.path.basename(p).startswith(prefix)]
+    return max((_mtime(path) for path in files), default=0)
 
 
 def _unlist(output_dir, steps):

@@ -3,6 +3,8 @@ the original's eval loops do; the `checkpoint` file is rewritten first, so a kil
 and the deletes leaves a directory that resumes, and the next call deletes the leftovers."""
 
 import os
+import shutil
+import time
 
 import keras
 import numpy as np
@@ -131,3 +133,21 @@ def test_a_kill_between_the_list_and_the_deletes_leaves_a_usable_directory(tmp_p
     _prune(directory)  # the rerun deletes the unlisted leftovers
     assert _stored(directory) == ({12, 15}, {12, 15})
     assert _weight(f"{directory}/{training_format.BEST_PREFIX}") == 6.0
+
+
+def test_checkpoints_written_after_the_records_stay(tmp_path):
+    """A new run in a directory that kept an older run's records (evaluated up to 15, best
+    6, its model.ckpt-best): its checkpoints were never evaluated, whatever their steps."""
+    old = _run_dir(tmp_path / "old")
+    new = tmp_path / "new"
+    new.mkdir()
+    for name in (checkpointing.EVALUATED_FILE, checkpointing.BEST_INFO_FILE):
+        shutil.copy(os.path.join(old, name), new / name)
+    for suffix in (".index", ".data-00000-of-00001"):
+        name = training_format.BEST_PREFIX + suffix
+        shutil.copy(os.path.join(old, name), new / name)
+    time.sleep(1.1)  # tf.io.gfile.stat has whole seconds locally: the new checkpoints are newer
+    for step in STEPS:
+        write_training_checkpoint(_model(100 + step), str(new), step, max_to_keep=0)
+    _prune(str(new))
+    assert _listed(str(new)) == list(STEPS)
