@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from albert.checkpoints import CheckpointError
 from albert.checkpoints.training_format import BEST_PREFIX
 from albert.metrics import write_eval_results
 from albert.training import checkpointing
@@ -99,6 +100,25 @@ def run(task, strategy, options, optimizer_fn):
         return _run_locked(task, strategy, options, optimizer_fn)
 
 
+def _refuse_earlier_records(output_dir):
+    """A new run (no checkpoint to resume) refuses an output_dir that holds an earlier run's
+    evaluation records: its checkpoints would be judged against them (one at or below the
+    evaluated step taken as evaluated, a best kept only if it beat the old run's), so
+    `model.ckpt-best` could stay the old run's weights and report and predict with them.
+
+    Raises:
+        CheckpointError: such records exist.
+    """
+    names = (checkpointing.BEST_INFO_FILE, checkpointing.EVALUATED_FILE)
+    found = [name for name in names if tf.io.gfile.exists(os.path.join(output_dir, name))]
+    if found:
+        raise CheckpointError(
+            f"--output_dir={output_dir} holds an earlier run's evaluation records "
+            f"({', '.join(found)}) but no checkpoint to resume from; use a new --output_dir, "
+            f"or remove them and {BEST_PREFIX}.* to start a new run there."
+        )
+
+
 def batch_sizes(options, num_replicas):
     """The global batches a run uses, checked against the replica count at start-up.
 
@@ -134,7 +154,10 @@ def batch_sizes(options, num_replicas):
 def _run_locked(task, strategy, options, optimizer_fn):
     state = _build(task, strategy, options, optimizer_fn)
     try:
-        if state.checkpoints.restore_latest() is None and options.init_checkpoint:
+        restored = state.checkpoints.restore_latest()
+        if restored is None and options.do_train:
+            _refuse_earlier_records(options.output_dir)
+        if restored is None and options.init_checkpoint:
             logging.info("Initialising the model from %s.", options.init_checkpoint)
             task.load_initial_weights(state.model, options.init_checkpoint)
         # Validated: the first write into output_dir.

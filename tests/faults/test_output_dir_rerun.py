@@ -127,3 +127,14 @@ def test_a_run_resumes_in_another_precision(tmp_path):
     # Anything else that differs is still refused.
     with pytest.raises(CheckpointError, match="Cannot resume from .*model.ckpt-12"):
         tiny_pretraining_run(tmp_path, output_dir, num_train_steps=16, hidden_size=32)
+
+
+def test_a_new_run_refuses_an_earlier_runs_evaluation_records(tmp_path):
+    """No checkpoint to resume but an earlier run's records (its checkpoints deleted): the
+    new run's would be judged against them and model.ckpt-best could stay the old weights."""
+    output_dir = tmp_path / "run"
+    output_dir.mkdir()
+    checkpointing.record_best(str(output_dir), 8, "masked_lm_accuracy", 0.9, "old/model.ckpt-8")
+    with pytest.raises(CheckpointError, match="holds an earlier run's evaluation records"):
+        tiny_pretraining_run(tmp_path, output_dir, num_train_steps=4)
+    assert not list(output_dir.glob("model.ckpt-*"))
