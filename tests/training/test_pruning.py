@@ -29,7 +29,7 @@ def _model(step):
 def _run_dir(directory, evaluated=15, best=6, best_copy=None):
     """What `--do_train --nodo_eval` then `--do_eval` (before pruning) leave in `directory`:
     checkpoints of STEPS with input-state files, `evaluated` and `best` recorded, and
-    `model.ckpt-best` a copy of the step `best_copy` (default `best`; None: no copy)."""
+    `model.ckpt-best` a copy of the step `best_copy` (None: `best`; 0: no copy)."""
     directory = str(directory)
     for step in STEPS:
         write_training_checkpoint(_model(step), directory, step, max_to_keep=0)
