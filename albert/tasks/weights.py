@@ -66,10 +66,14 @@ def load_finetuning_weights(model, path, require_head=False, labels=()):
     if head_loaded and result.format == "hf" and labels:
         hf.order_classes(model, path, labels)  # HF's id2label may order them otherwise
     if require_head and not head_loaded:
+        # An HF head also needs its class named (config.json's `architectures`).
+        hf_class = (
+            f" of the HF class {hf.head_architecture(model)}" if result.format == "hf" else ""
+        )
         raise FineTuningError(
-            f"--init_checkpoint={path} holds no {type(model).__name__} head of this shape, so "
-            "its predictions would be random; fine-tune first (--do_train) or pass the "
-            "output_dir of a fine-tuning run."
+            f"--init_checkpoint={path} holds no {type(model).__name__} head of this shape"
+            f"{hf_class}, so its predictions would be random; fine-tune first (--do_train) or "
+            "pass the output_dir of a fine-tuning run."
         )
     logging.info(
         "Initialised from %s: encoder%s.",

@@ -12,6 +12,7 @@ Shape letters: B batch (3), C choices (4), T sequence (7).
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from safetensors.numpy import load_file
 
 from albert.checkpoints import hf, load_checkpoint, read_config
 from albert.modeling import AlbertClassifier, AlbertMultipleChoice, AlbertQuestionAnswering
+from albert.tasks import FineTuningError
 from albert.tasks.weights import load_finetuning_weights
 
 TOLERANCE = 1e-5
@@ -97,3 +99,18 @@ def test_our_export_writes_back_the_hf_file(tmp_path, name):
     assert config["architectures"] == stored["architectures"]
     if name == "sequence_classification":
         assert config["id2label"] == stored["id2label"]
+
+
+def test_a_file_that_names_no_class_is_refused_for_predicting_saying_so(tmp_path):
+    """Without `architectures`, `classifier` does not tell a sequence, token or multiple-choice
+    head apart: the head is left out, and predicting from it says what is missing."""
+    directory, _, _ = fixture("sequence_classification")
+    shutil.copytree(directory, tmp_path / "hf")
+    path = tmp_path / "hf" / "config.json"
+    values = json.loads(path.read_text())
+    del values["architectures"]
+    path.write_text(json.dumps(values))
+    model = AlbertClassifier(read_config(str(tmp_path / "hf")), num_labels=3)
+    expected = "head of this shape of the HF class AlbertForSequenceClassification"
+    with pytest.raises(FineTuningError, match=expected):
+        load_finetuning_weights(model, str(tmp_path / "hf"), require_head=True)
