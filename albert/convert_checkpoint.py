@@ -40,6 +40,7 @@ from albert.checkpoints import (
     CheckpointError,
     detect_format,
     hf,
+    hf_heads,
     load_checkpoint,
     read_config,
     save_checkpoint,
@@ -153,7 +154,7 @@ def convert(
             )
     format_name = detect_format(input_path)
     # An HF file names its class; elsewhere RACE's head is a one-label classifier's weights.
-    race = (task_name or "").strip().lower() == "race" and format_name != "hf"
+    race = _is_race(task_name) and format_name != "hf"
     model = build_stored_model(config, input_path, format_name, multiple_choice=race)
     labels = classes = None
     if output_format == "hf":
@@ -200,9 +201,7 @@ def hf_labels(model, input_path: str, format_name: str, task_name: str | None) -
     labels = None if task_name is None else task_labels(model, input_path, task_name)
     if format_name == "hf" and classifier:
         values = hf.read_values(input_path)
-        id2label = values.get("id2label") or {}
-        labels = [id2label.get(str(i)) for i in range(model.num_labels)]  # keys "0", "1", ...
-        return (None if None in labels else labels), values.get("problem_type")
+        return hf_heads.class_names(values, model.num_labels), values.get("problem_type")
     if task_name is None:
         if classifier and model.num_labels == 1:
             raise OutputFormatError(
@@ -223,7 +222,7 @@ def task_labels(model, input_path: str, task_name: str) -> list | None:
     """
     classifier = hf.head_architecture(model) == "AlbertForSequenceClassification"
     try:
-        task = None if task_name.strip().lower() == "race" else glue_tasks.get_task(task_name)
+        task = None if _is_race(task_name) else glue_tasks.get_task(task_name)
     except glue_tasks.GlueDataError as e:
         raise OutputFormatError(f"{str(e).rstrip('.')} (or race).") from None
     if task is None and isinstance(model, AlbertMultipleChoice):
@@ -242,9 +241,8 @@ def warn_names_dropped(model, input_path: str, output_format: str) -> None:
     Keras, which hold none: whatever reads it takes the file's order as its task's."""
     if hf.head_architecture(model) != "AlbertForSequenceClassification" or model.num_labels < 2:
         return
-    id2label = hf.read_values(input_path).get("id2label") or {}
-    names = [str(id2label.get(str(i), f"LABEL_{i}")) for i in range(model.num_labels)]
-    if names != [f"LABEL_{i}" for i in range(model.num_labels)]:
+    names = hf_heads.class_names(hf.read_values(input_path), model.num_labels)
+    if names != hf_heads.default_names(model.num_labels):
         logging.warning(
             "%s names its classes %s (in class-id order); %s holds no names, so they are "
             "written in this order. Pass --task_name to put them in a GLUE task's order.",
@@ -252,6 +250,10 @@ def warn_names_dropped(model, input_path: str, output_format: str) -> None:
             ", ".join(names),
             output_format,
         )
+
+
+def _is_race(task_name: str | None) -> bool:
+    return (task_name or "").strip().lower() == "race"
 
 
 def _head_description(model) -> str:

@@ -28,6 +28,18 @@ def head_architecture(model) -> str | None:
     return "AlbertForQuestionAnswering" if kind == SQUAD_V1 else None
 
 
+def class_names(values: dict, count: int) -> list:
+    """The names an HF config's keys `values` give classes 0..count-1 (`id2label`, whose JSON
+    keys are strings), HF's default `LABEL_i` where it names none."""
+    id2label = {str(key): str(name) for key, name in (values.get("id2label") or {}).items()}
+    return [id2label.get(str(i), f"LABEL_{i}") for i in range(count)]
+
+
+def default_names(count: int) -> list:
+    """HF's names for unnamed classes, which say nothing of their order."""
+    return [f"LABEL_{i}" for i in range(count)]
+
+
 def reorder(model, values: dict, labels, source: str) -> None:
     """`albert.checkpoints.hf.order_classes` of an HF config's keys `values` (read from
     `source`)."""
@@ -47,12 +59,11 @@ def reorder(model, values: dict, labels, source: str) -> None:
 
 def _task_rows(values: dict, labels, source: str) -> list | None:
     """The file's class id of each of `labels` (`order_classes`), or None to keep its order."""
-    id2label = {str(key): str(name) for key, name in (values.get("id2label") or {}).items()}
-    names = [id2label.get(str(i), f"LABEL_{i}") for i in range(len(labels))]
+    names = class_names(values, len(labels))
     found, wanted = [n.lower() for n in names], [n.lower() for n in labels]
     if len(labels) < 2 or found == wanted:
         return None
-    if found == [f"label_{i}" for i in range(len(labels))]:
+    if found == [n.lower() for n in default_names(len(labels))]:
         logging.warning(
             "%s names its classes %s, which say nothing of their order: it is assumed to be "
             "the task's (%s).",
