@@ -442,7 +442,13 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
     chief = is_chief(strategy)
     steps_per_call = options.iterations_per_loop
     if options.do_eval:
-        results = {"global_step": step, **_final_metrics(task, model, strategy, step, options)}
+        # Weights without a step (HF, Keras files) have trained 0 steps here; the original's
+        # eval_results.txt always holds an integer, which scripts parse as a number.
+        global_step = 0 if step is None else step
+        results = {
+            "global_step": global_step,
+            **_final_metrics(task, model, strategy, step, options),
+        }
         task.final_evaluation = results
         logging.info(
             "Final eval of %s: %s", path, " | ".join(f"{k} {v}" for k, v in results.items())

@@ -124,13 +124,18 @@ def earlier_evaluation(output_dir, path, step):
     blocks = read_eval_results(output_dir)
     for results in reversed(blocks):
         checkpoint = str(results.get("checkpoint", ""))
-        # Compared as text: weights without a step have step None, which the file holds as
-        # "None" and reads back as that string.
-        same_step = str(results.get("global_step")) == str(step)
+        same_step = _step_text(results.get("global_step")) == _step_text(step)
         if _same_weights(output_dir, checkpoint, path, step) and same_step:
             results_file = os.path.join(output_dir, EVAL_RESULTS_FILE)
             return results if _written_after(results_file, path) else None
     return None
+
+
+def _step_text(step):
+    """A global step as eval_results.txt holds it: weights without a step (None) are written
+    as 0, and as "None" by earlier versions; compared as text, since the file reads back
+    numbers or strings. A step-less file is told from a step-0 checkpoint by its path."""
+    return "0" if step in (None, "None") else str(step)
 
 
 def _same_weights(output_dir, checkpoint, path, step):

@@ -154,6 +154,23 @@ def test_init_checkpoint_from_an_official_tf1_checkpoint(tmp_path):
         assert np.max(np.abs(weight.numpy() - expected.numpy())) == 0.0, weight.path
 
 
+def test_weights_without_a_step_are_evaluated_as_step_0(tmp_path):
+    # A Keras weights file (or an HF directory) holds no global step. The original's
+    # eval_results.txt always holds an integer, which scripts parse as a number.
+    config = AlbertConfig.from_dict(synthetic.TINY_CONFIG)
+    weights = save_checkpoint(AlbertClassifier(AlbertBackbone(config), 2), str(tmp_path), "keras")
+    data_dir = synthetic.write_sst2(tmp_path / "glue", num_train=4, num_dev=6, num_test=3)
+    run_flags = synthetic.tiny_run_flags(data_dir, tmp_path / "out", "", "sst-2")
+    metrics, _ = synthetic.run_classifier(
+        *[f for f in run_flags if "albert_config_file" not in f],
+        f"--init_checkpoint={weights}",
+        "--do_eval",
+    )
+    assert metrics["global_step"] == 0
+    written = read_key_values(str(tmp_path / "out" / "eval_results.txt"))
+    assert written["global_step"] == "0" and written["checkpoint"] == weights
+
+
 @pytest.fixture(scope="module")
 def sst2_data(tmp_path_factory):
     root = tmp_path_factory.mktemp("errors")

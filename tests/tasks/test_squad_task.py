@@ -283,16 +283,18 @@ def test_earlier_evaluation_is_of_the_same_weights(tmp_path):
 
 def test_earlier_evaluation_of_weights_without_a_step(tmp_path, monkeypatch):
     # --init_checkpoint=<run>/model.weights.h5 (or an HF directory) has no global step: its
-    # evaluation is written as `global_step = None` and must still be found for --do_predict.
+    # evaluation is written as `global_step = 0` (`None` by earlier versions) and must still
+    # be found for --do_predict.
     from albert.metrics import write_eval_results
     from albert.tasks.weights import earlier_evaluation
 
     weights = tmp_path / "model.weights.h5"
     weights.write_text("")
-    results = {"global_step": None, "null_score_diff_threshold": -1.5, "checkpoint": str(weights)}
-    write_eval_results(str(tmp_path), results)
-    found = earlier_evaluation(str(tmp_path), str(weights), None)
-    assert found is not None and found["null_score_diff_threshold"] == -1.5
+    for written_step in (None, 0):
+        results = {"global_step": written_step, "null_score_diff_threshold": -1.5}
+        write_eval_results(str(tmp_path), {**results, "checkpoint": str(weights)})
+        found = earlier_evaluation(str(tmp_path), str(weights), None)
+        assert found is not None and found["null_score_diff_threshold"] == -1.5
     assert earlier_evaluation(str(tmp_path), str(weights), 4) is None
     # Another run's Keras file, of the same name (convert_checkpoint always writes
     # model.weights.h5): its predictions must not take this evaluation's threshold.
