@@ -321,7 +321,8 @@ def load(model, directory: str) -> LoadResult:
                 bound, shapes, HF_TABLE.head_names() | set(_TIED), weights_path
             )
             task_heads = [name for name in ignored_heads if name in _TASK_HEADS]
-            if task_heads:
+            # A head of this model's class but of another shape was warned about above.
+            if task_heads and hf_heads.head_architecture(model) not in architectures:
                 logging.warning(
                     "%s: HF's task head (%s) is not read into an %s (the file is an %s); "
                     "the encoder is.",

@@ -114,3 +114,16 @@ def test_a_file_that_names_no_class_is_refused_for_predicting_saying_so(tmp_path
     expected = "head of this shape of the HF class AlbertForSequenceClassification"
     with pytest.raises(FineTuningError, match=expected):
         load_finetuning_weights(model, str(tmp_path / "hf"), require_head=True)
+
+
+def test_a_head_of_another_shape_is_said_once_naming_both_shapes(absl_caplog):
+    # The fixture's 3-label classifier into a 2-label one: left out, with the shapes. Not
+    # also "not read into an AlbertClassifier (the file is an AlbertForSequenceClassification)",
+    # which says the classes differ when they do not.
+    directory, _, _ = fixture("sequence_classification")
+    model = AlbertClassifier(read_config(directory), num_labels=2)
+    load_checkpoint(model, directory)
+    warnings = [r.getMessage() for r in absl_caplog.records if r.levelname == "WARNING"]
+    fits = [w for w in warnings if "does not fit this AlbertClassifier" in w]
+    assert len(fits) == 1 and "(it needs classifier.weight (2, 18)" in fits[0], warnings
+    assert not [w for w in warnings if "is not read into" in w], warnings
