@@ -177,8 +177,7 @@ class Trainer:
         sums["applied_steps"] = tf.cast(applied, tf.float32) / num_replicas
         self.train_metrics.add(sums)
 
-    def _eval_step(self, features):
-        normalizers = self._normalizers(features)
+    def _eval_step(self, features, normalizers):
         loss, sums = self.task.compute_loss(self.model, features, normalizers, training=False)
         sums = dict(sums)
         sums["examples"] = tf.cast(tf.shape(tf.nest.flatten(features)[0])[0], tf.float32)
@@ -199,7 +198,17 @@ class Trainer:
             batch = iterator.get_next_as_optional()
             if not batch.has_value():
                 break
-            self.strategy.run(self._eval_step, args=(batch.get_value(),))
+            features = batch.get_value()
+            normalizers = self.strategy.run(self._normalizers, args=(features,))
+            # Eval pipelines pad with weight-0 records once their data runs out, real records
+            # first (`TrainingTask.eval_dataset`): a global batch without a real example means
+            # every step left is padding. The count is all-reduced, so every host stops at
+            # the same step, as the original's evaluation stops at the end of its data.
+            if "examples" in normalizers:
+                real = self.strategy.experimental_local_results(normalizers["examples"])[0]
+                if real == 0:
+                    break
+            self.strategy.run(self._eval_step, args=(features, normalizers))
             steps += 1
         return steps
 
@@ -220,7 +229,8 @@ class Trainer:
         return self.train_metrics.read()
 
     def evaluate(self, iterator, num_steps):
-        """Runs up to `num_steps` eval steps (fewer if the data ends); returns float sums,
-        with `steps` the number of batches run."""
+        """Runs up to `num_steps` eval steps (fewer if the data ends, or from the first
+        global batch of padding alone); returns float sums, with `steps` the number of
+        batches run."""
         steps = self._eval_loop(iterator, tf.constant(num_steps, tf.int64))
         return {**self.eval_metrics.read(), "steps": float(steps)}

@@ -129,7 +129,9 @@ class TrainingTask(abc.ABC):
             num_steps: the full per-replica batches to yield for each replica (padded).
 
         Returns:
-            A finite `tf.data.Dataset` of per-replica batches of feature dicts.
+            A finite `tf.data.Dataset` of per-replica batches of feature dicts. Padding
+            comes after the pipeline's real records: the loop stops at the first global
+            batch whose `loss_normalizers` "examples" (the real examples) sum to 0.
         """
         raise NotImplementedError(
             f"{type(self).__name__} supplies no eval_dataset; supply it or override evaluate."

@@ -265,6 +265,8 @@ def _mirrored_main(tmp_path, output):
         ("mirrored", tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), 6, 3),
         # One device, one batch of exactly the 10 records: no padding.
         ("one_device", tf.distribute.get_strategy(), 10, 1),
+        # 40 steps asked of 3 batches of 4: the steps of padding alone are not run.
+        ("past_the_end", tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), 4, 40),
     ):
         keras.utils.set_random_seed(4)
         task = PretrainingTask(
@@ -338,14 +340,17 @@ def test_every_task_s_input_on_two_hosts(tmp_path):
 
 def test_pretraining_eval_batches_are_full_on_every_replica(tmp_path):
     report = _run("mirrored", tmp_path)
-    mirrored, one = report["mirrored"], report["one_device"]
-    assert mirrored["steps"] == 3.0
+    mirrored, one, past = report["mirrored"], report["one_device"], report["past_the_end"]
     assert mirrored["shapes"] == [[[3, 32], [3, 32]]] * 3  # 3 steps, both replicas full
     assert one["shapes"] == [[[10, 32]]]
+    # The third step is padding alone (6 + 4 real records in the first two): not run.
+    assert mirrored["steps"] == 2.0
+    assert len(past["shapes"]) == 40 and past["steps"] == 3.0
     # Padding counts in no metric: the 10 records alone, as one device sees them.
-    assert mirrored["examples"] == one["examples"] == 10.0
-    for name, value in one["metrics"].items():
-        assert abs(mirrored["metrics"][name] - value) < 1e-5, name
+    for report in (mirrored, past):
+        assert report["examples"] == one["examples"] == 10.0
+        for name, value in one["metrics"].items():
+            assert abs(report["metrics"][name] - value) < 1e-5, name
 
 
 if __name__ == "__main__":
