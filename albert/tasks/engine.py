@@ -232,6 +232,7 @@ class FineTuningTask(TrainingTask):
 
     def train_dataset(self, input_context, seed):
         count = self.features(TRAIN).num_examples
+        check_train_share(count, input_context.num_input_pipelines)
         dataset = self._read(TRAIN, input_context)
         seed = pipeline_seed(seed, input_context)  # each host its own order of its share
         dataset = dataset.shuffle(min(count, SHUFFLE_BUFFER_SIZE), seed=seed).repeat()
@@ -315,6 +316,20 @@ class FineTuningTask(TrainingTask):
 
     def load_initial_weights(self, model, path):
         load_finetuning_weights(model, path, labels=self.head_labels)
+
+
+def check_train_share(num_examples, num_pipelines):
+    """Raises FineTuningError when some of the `num_pipelines` input pipelines (one per host
+    or worker, each reading records i, i + n, ...) would get none of the `num_examples`
+    training examples: an empty share, repeated, yields no batch, and the first training step
+    fails with TensorFlow's "End of sequence". Raised on every pipeline, so no worker waits
+    in a step for the others."""
+    if num_examples < num_pipelines:
+        raise FineTuningError(
+            f"The training set holds {num_examples} example(s), fewer than the "
+            f"{num_pipelines} input pipelines (one per host or worker), each of which needs "
+            "one; train on more data, or on fewer hosts or workers."
+        )
 
 
 # --- The run -----------------------------------------------------------------------------

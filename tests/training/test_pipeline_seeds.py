@@ -7,11 +7,12 @@ every global batch held runs of adjacent records (a question's doc spans, an art
 questions) instead of a random sample.
 """
 
+import pytest
 import tensorflow as tf
 
 from albert.config import AlbertConfig
 from albert.data.records import serialize_instance
-from albert.tasks import engine
+from albert.tasks import FineTuningError, engine
 from albert.tasks.pretraining import PretrainingTask
 
 HOSTS, NUM_RECORDS = 2, 64
@@ -20,16 +21,17 @@ HOSTS, NUM_RECORDS = 2, 64
 class _NumberedTask(engine.FineTuningTask):
     """Records 0..N-1 of one feature each (`input_ids` holds the record's number)."""
 
-    def __init__(self, feature_dir):
+    def __init__(self, feature_dir, num_records=NUM_RECORDS):
         super().__init__(None, 16, 8, 8, 1)
         self.feature_dir = feature_dir
+        self.num_records = num_records
 
     def load_features(self, role):
         features = {
-            "input_ids": tf.reshape(tf.range(NUM_RECORDS), [-1, 1]),
-            "is_real_example": tf.ones([NUM_RECORDS], tf.int32),
+            "input_ids": tf.reshape(tf.range(self.num_records), [-1, 1]),
+            "is_real_example": tf.ones([self.num_records], tf.int32),
         }
-        return tf.data.Dataset.from_tensor_slices(features), NUM_RECORDS, None
+        return tf.data.Dataset.from_tensor_slices(features), self.num_records, None
 
     def create_model(self):
         raise NotImplementedError
@@ -67,6 +69,20 @@ def test_fine_tuning_hosts_shuffle_their_shares_differently(tmp_path):
     numbers = _numbers(task, "input_ids")
     _check_orders(numbers)
     assert _numbers(task, "input_ids") == numbers  # still reproducible (exact resume)
+
+
+def test_fine_tuning_refuses_a_training_set_smaller_than_the_hosts(tmp_path):
+    # One example on two hosts: host 1's share (records 1, 3, ...) is empty, and its first
+    # training step failed with TensorFlow's "End of sequence". Every host refuses, in one
+    # sentence, so no worker waits in a step for the one that stopped.
+    task = _NumberedTask(str(tmp_path / "features"), num_records=1)
+    for host in range(HOSTS):
+        context = tf.distribute.InputContext(HOSTS, host, HOSTS * 2)
+        with pytest.raises(FineTuningError, match="holds 1 example.*fewer than the 2 input"):
+            task.train_dataset(context, seed=1)
+    # As many examples as hosts: each host trains on its one.
+    task = _NumberedTask(str(tmp_path / "features_2"), num_records=HOSTS)
+    assert _numbers(task, "input_ids", steps=1) == [[0] * 4, [1] * 4]  # per-replica batches
 
 
 def test_pretraining_hosts_shuffle_a_shared_file_differently(tmp_path):

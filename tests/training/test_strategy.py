@@ -204,3 +204,25 @@ def test_no_tpu_to_connect_to_is_one_line_naming_the_flags(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(strategy_lib.StrategyError, match="^No TPU to connect to.*--tpu_name"):
         strategy_lib.create_strategy("tpu")
+
+
+def test_the_client_of_a_tpu_pod_is_the_one_chief(tmp_path):
+    # TPUStrategy's resolver names a task of the slice's "worker" job (here host 3 of 4),
+    # but the one client drives every host: it alone writes, into output_dir, and reads one
+    # input pipeline per host through distribute_datasets_from_function, not as worker 3.
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec({"worker": [f"10.0.0.{i}:8470" for i in range(4)]}),
+        task_type="worker",
+        task_id=3,
+    )
+
+    class PodClient(tf.distribute.TPUStrategy):
+        def __init__(self):  # no TPU here: only the type and the resolver are read
+            pass
+
+        cluster_resolver = resolver
+
+    strategy = PodClient()
+    assert strategy_lib.worker_info(strategy) == (0, 1, True)
+    assert strategy_lib.writable_dir(str(tmp_path), strategy) == str(tmp_path)
+    assert strategy_lib.worker_barrier(strategy) is None
