@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 import albert
 from albert import configs
@@ -118,6 +119,16 @@ def test_pyproject_dependencies_are_the_runtime_part_of_requirements_txt():
     assert not beam & {str(Requirement(r)) for r in project["dependencies"]}
     dev = {str(Requirement(r)) for r in project["optional-dependencies"]["dev"]}
     assert dev <= sections["Development and CI"]  # the same pins, ruff's exact one included
+
+
+def test_keras_is_bounded_to_versions_that_save_the_encoder():
+    """Keras before 3.15 walks one level of lists when it saves: the encoder's blocks
+    (`attention_blocks[owner][inner]`) are left out of .keras and .weights.h5 files, and a
+    saved model reloads with a random encoder and no error. Keras 3.13+ needs Python 3.11."""
+    project = _pyproject()["project"]
+    keras = {r.name: r for r in map(Requirement, project["dependencies"])}["keras"]
+    assert not keras.specifier.contains("3.14.1") and keras.specifier.contains("3.15.0")
+    assert not SpecifierSet(project["requires-python"]).contains("3.10")
 
 
 def test_every_console_script_names_a_function_that_exists():

@@ -1,6 +1,8 @@
 """Keras saving: `model.save("m.keras")` then `keras.models.load_model` for every public model,
 and `get_config` / `from_config` round trips for every registered model and layer."""
 
+from pathlib import Path
+
 import keras
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from albert.modeling.dropout import Dropout
 from albert.modeling.embeddings import AlbertEmbeddings
 from albert.modeling.encoder import AlbertAttention, AlbertEncoder, AlbertFeedForward
 from albert.modeling.heads import AlbertMaskedLMHead, AlbertSentenceOrderHead
+from albert.modeling.serialization import MIN_KERAS, check_keras_version
 from albert.modeling.task_heads import AlbertClassificationHead, AlbertSpanHead, AlbertSquadV2Head
 from tests.helpers import tiny_config
 
@@ -73,6 +76,17 @@ def test_save_and_load_model_round_trip(tmp_path, name, embedding_size):
     assert sorted(outputs) == sorted(expected)
     for key, value in expected.items():
         np.testing.assert_array_equal(np.asarray(outputs[key]), np.asarray(value), err_msg=key)
+
+
+def test_a_keras_that_would_save_no_encoder_weights_is_refused_on_import():
+    # Keras 3.14 saves one level of lists: the round trip above fails there, silently.
+    with pytest.raises(ImportError, match=r"keras>=3\.15 \(found 3\.14\.1: .*pip install"):
+        check_keras_version("3.14.1")
+    for version in ("3.15.0", "3.16.0.dev2026", "4.0.0", keras.__version__):
+        check_keras_version(version)
+    # The same bound as the package's dependencies.
+    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    assert f'"keras>={".".join(map(str, MIN_KERAS))}"' in pyproject
 
 
 def test_config_round_trip_of_models_keeps_every_argument():
