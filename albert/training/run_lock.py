@@ -42,7 +42,7 @@ def _this_run():
     return {
         "host": socket.gethostname(),
         "pid": os.getpid(),
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
     }
 
