@@ -3,6 +3,7 @@ short run; only the chief writes checkpoints and summaries to output_dir."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ import pytest
 import synthetic_pretraining as synthetic
 import tensorflow as tf
 
-from albert.training.checkpointing import FAULT_POINT_ENV
+from albert.training.checkpointing import FAULT_POINT_ENV, read_key_values
 from tests.helpers import free_ports
 
 # Slow tier: two worker processes train together (~25 s a run).
@@ -98,6 +99,47 @@ def test_two_workers_complete_a_run(tmp_path):
     assert (output_dir / "model.ckpt-best.index").exists()
     states = sorted(p.name for p in (output_dir / "input_state").iterdir())
     assert states == ["worker_0", "worker_1"]
+
+
+def test_workers_whose_eval_data_ends_at_different_steps_stop_together(tmp_path):
+    """Worker 0's eval file holds 5 batches of its share (20 records), worker 1's one (4):
+    asked for 10 steps, both stop after step 5, the first global batch of padding alone
+    (a worker that stopped alone would hang its peer in a collective), and the metrics are
+    those of one device over the 24 records."""
+    output_dir = tmp_path / "out"
+    files = [
+        synthetic.write_records(tmp_path / f"eval-{i}.tfrecord", count, seed=i)
+        for i, count in enumerate((20, 4))
+    ]
+    command = _command(tmp_path, output_dir)
+    command = [f for f in command if not f.startswith(("--max_eval_steps", "--num_train"))]
+    command += [
+        "--max_eval_steps=10",
+        "--num_train_steps=3",
+        f"--eval_input_file={','.join(files)}",
+    ]
+    workers = _start_workers(command)
+    logs = _finish(workers)
+    for worker, log in zip(workers, logs, strict=True):
+        assert worker.returncode == 0, log[-3000:]
+        assert "eval at step 3 over 5 batches" in log, log[-3000:]
+    distributed = read_key_values(str(output_dir / "eval_results.txt"))
+
+    # The same checkpoint evaluated on one device (3 batches of 8).
+    one_device = tmp_path / "one_device"
+    shutil.copytree(output_dir, one_device)
+    (one_device / "eval_results.txt").unlink()
+    one = [f for f in command if not f.startswith(("--strategy", "--output_dir", "--do_train"))]
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    env.update(TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+    run = subprocess.run(
+        [*one, f"--output_dir={one_device}"], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert run.returncode == 0 and "over 3 batches" in run.stderr, run.stderr[-3000:]
+    expected = read_key_values(str(one_device / "eval_results.txt"))
+    assert expected.keys() == distributed.keys() and expected["global_step"] == "3"
+    for name, value in expected.items():
+        assert abs(float(distributed[name]) - float(value)) < 1e-4, name
 
 
 def test_a_worker_killed_before_saving_its_input_position(tmp_path):
