@@ -365,7 +365,8 @@ def _evaluate(state, checkpoint_path=None):
     batches = "every example"
     if metrics is None:
         # Every input pipeline yields exactly max_eval_steps full batches (padded with
-        # weight-0 examples when its data runs out), so every replica runs every step.
+        # weight-0 examples when its data runs out), so every replica runs every step; the
+        # steps stop early at the first global batch of padding alone (`Trainer.evaluate`).
         num_steps = options.max_eval_steps
         dataset = state.strategy.distribute_datasets_from_function(
             lambda context: task.eval_dataset(context, num_steps)

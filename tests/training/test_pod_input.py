@@ -6,8 +6,8 @@ used on another host), get its own share, with static shapes, and for eval and p
 same number of full batches, the shares together holding every example exactly once.
 
 Plus, under MirroredStrategy on 2 logical CPUs: pretraining eval batches are full on every
-replica for exactly max_eval_steps, and the padded evaluation gives the metrics of the
-records alone.
+replica for exactly max_eval_steps, the evaluation stops at the first batch of padding
+alone, and it gives the metrics of the records alone.
 
 Both run in subprocesses: the cluster and the logical devices must be set up before
 TensorFlow initialises.
