@@ -289,6 +289,7 @@ class FineTuningTask(TrainingTask):
             lambda context: self.inference_dataset(role, context),
             num_batches=self.num_batches(role),
             steps_per_call=steps_per_call,
+            what=f"{role} predictions",
         )
         return predict.real_examples_in_order(outputs)
 

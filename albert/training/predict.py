@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from albert.errors import AlbertError
+from albert.progress import Progress
 
 EXAMPLE_INDEX = "example_index"
 IS_REAL_EXAMPLE = "is_real_example"
@@ -96,7 +97,7 @@ class Predictor:
         }
         return steps, stacked
 
-    def predict(self, dataset_fn, num_batches=None, steps_per_call=1):
+    def predict(self, dataset_fn, num_batches=None, steps_per_call=1, what="predict"):
         """The outputs of every batch of `dataset_fn`'s finite dataset.
 
         Args:
@@ -105,6 +106,7 @@ class Predictor:
             num_batches: the global batches the dataset holds, when known: no host call
                 then asks for a batch past the end. None: until the data ends.
             steps_per_call: batches per host call (`--iterations_per_loop`).
+            what: what the progress lines call the pass, e.g. "eval predictions".
 
         Returns:
             dict of name -> numpy array, batches concatenated on the first axis.
@@ -121,12 +123,15 @@ class Predictor:
             }
         chunks = []
         remaining = num_batches
+        # SQuAD's 12k dev windows on a large model: minutes between the loop's lines.
+        progress = Progress(f"{what}: ran", num_batches, "batches")
         while remaining is None or remaining > 0:
             wanted = steps_per_call if remaining is None else min(steps_per_call, remaining)
             steps, outputs = self._loop(iterator, tf.constant(wanted, tf.int32))
             steps = int(steps)
             if steps:
                 chunks.append({name: value.numpy() for name, value in outputs.items()})
+                progress.update(steps)
             if remaining is not None:
                 remaining -= steps
             if steps < wanted:
