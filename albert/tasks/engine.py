@@ -129,6 +129,7 @@ class FineTuningTask(TrainingTask):
         }
         self.tokens_per_example = max_seq_length
         self._features = {}
+        self._datasets = {}  # role -> the dataset `load_features` gave
         self._predictors = {}
         # Metrics of every checkpoint the training loop evaluated in this process, by step.
         self.evaluations = {}
@@ -191,9 +192,16 @@ class FineTuningTask(TrainingTask):
         self.batch_sizes[EVAL] = value
 
     def features(self, role):
-        """The `FeatureFile` of a role, loaded (and, when in memory, written) once."""
+        """The `FeatureFile` of a role, loaded (and, when in memory, written) once. Roles
+        whose `load_features` give the same dataset (SQuAD's EVAL and PREDICT, both
+        --predict_file) share one: its features are written once, not once per role."""
         if role not in self._features:
             dataset, count, path = self.load_features(role)
+            self._datasets[role] = dataset
+            for other, loaded in list(self._datasets.items()):
+                if other != role and loaded is dataset and other in self._features:
+                    self._features[role] = self._features[other]
+                    return self._features[role]
             if path is None:
                 if self.feature_dir is None:
                     self.feature_dir = tempfile.mkdtemp(prefix="albert_features_")

@@ -185,6 +185,20 @@ def _task(version_2):
     return squad.SquadTask(None, None, None, config, version_2)
 
 
+def test_eval_and_predict_features_of_one_file_are_written_once(tmp_path):
+    from albert.config import AlbertConfig
+    from albert.tokenization import FullTokenizer
+
+    dev = write_marker_squad(tmp_path / "dev.json", 5, seed=1)
+    config = AlbertConfig.from_dict(synthetic.TINY_CONFIG)
+    tokenizer = FullTokenizer(spm_model_file=synthetic.SPM_MODEL)
+    task = squad.SquadTask(None, dev, tokenizer, config, False, max_seq_length=64, doc_stride=32,
+                           max_query_length=16)  # fmt: skip
+    task.feature_dir = str(tmp_path / "features")
+    assert task.features(engine.PREDICT) is task.features(engine.EVAL)
+    assert len(list((tmp_path / "features").glob("*.tfrecord"))) == 1
+
+
 def test_losses_match_numpy():
     rng = np.random.default_rng(3)
     batch, length = 3, 7
