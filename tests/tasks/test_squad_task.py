@@ -192,8 +192,8 @@ def test_eval_and_predict_features_of_one_file_are_written_once(tmp_path):
     dev = write_marker_squad(tmp_path / "dev.json", 5, seed=1)
     config = AlbertConfig.from_dict(synthetic.TINY_CONFIG)
     tokenizer = FullTokenizer(spm_model_file=synthetic.SPM_MODEL)
-    task = squad.SquadTask(None, dev, tokenizer, config, False, max_seq_length=64, doc_stride=32,
-                           max_query_length=16)  # fmt: skip
+    window = dict(max_seq_length=64, doc_stride=32, max_query_length=16)
+    task = squad.SquadTask(None, dev, tokenizer, config, False, **window)
     task.feature_dir = str(tmp_path / "features")
     assert task.features(engine.PREDICT) is task.features(engine.EVAL)
     assert len(list((tmp_path / "features").glob("*.tfrecord"))) == 1
@@ -372,8 +372,8 @@ def test_predict_reuses_the_final_eval_of_the_same_file_and_batch(tmp_path, monk
     monkeypatch.setattr(engine.FineTuningTask, "predict", counting_predict)
     output_dir = tmp_path / "out"
     common = [*tiny_flags(config, output_dir, train, dev), "--predict_batch_size=4"]
-    run_squad(*common, "--eval_batch_size=4", "--train_step=4", "--save_checkpoints_steps=2",
-              "--do_train", "--do_predict")  # fmt: skip
+    steps = ["--train_step=4", "--save_checkpoints_steps=2"]
+    run_squad(*common, "--eval_batch_size=4", *steps, "--do_train", "--do_predict")
     assert passes == [engine.EVAL, engine.EVAL]  # steps 2 and 4; no PREDICT pass
     # The features of --predict_file are written once, not once per role.
     written = sorted(p.name.split("-")[0] for p in (output_dir / "features").glob("*.tfrecord"))
