@@ -59,6 +59,7 @@ from albert.data.pretraining import (
     tokenize_document,
 )
 from albert.errors import AlbertError
+from albert.progress import Progress
 from albert.tokenization import FullTokenizer
 
 
@@ -413,11 +414,14 @@ def _scatter(config, runner, tasks, bucket_writer, summary, start):
     bucket_writer.flush()
 
 
-def _gather(bucket_writer, per_shard, outputs):
+def _gather(bucket_writer, per_shard, outputs, progress_seconds):
     """Writes each shard from its sorted buckets under a temporary name; returns the names."""
     import tensorflow as tf  # Only the writing process needs TensorFlow.
 
     temporaries = []
+    # One output file of a whole dump is gigabytes: a minute or more after the last line.
+    total = len(outputs) * per_shard
+    progress = Progress("Global shuffle: gathered", total, "buckets", progress_seconds)
     try:
         for shard, path in enumerate(outputs):
             fileio.makedirs_for(path)
@@ -429,6 +433,7 @@ def _gather(bucket_writer, per_shard, outputs):
                         writer.write(record)
                     if os.path.exists(bucket_path):
                         os.remove(bucket_path)  # Disk is freed as the gather goes.
+                    progress.update()
             logging.info("Wrote shard %d of %d: %s", shard + 1, len(outputs), path)
     except BaseException:
         for temporary in temporaries:
@@ -518,7 +523,7 @@ def _create_locally(config, input_files, output_files, per_shard, summary, worke
         if summary.instances == 0:
             raise _no_instance_error(config)
         gather_start = time.perf_counter()
-        temporaries = _gather(bucket_writer, per_shard, output_files)
+        temporaries = _gather(bucket_writer, per_shard, output_files, config.progress_seconds)
         _commit(temporaries, output_files, stale)
         summary.shuffle_seconds = time.perf_counter() - gather_start
     finally:

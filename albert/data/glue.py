@@ -37,6 +37,7 @@ from albert.glue_tasks import MNLI_LABELS as MNLI_LABELS
 from albert.glue_tasks import STSB_SCORE_RANGE, GlueDataError, get_task
 from albert.glue_tasks import TASKS as TASKS
 from albert.glue_tasks import GlueTask as GlueTask
+from albert.progress import Progress
 
 SPLITS = ("train", "dev", "test")
 
@@ -275,7 +276,10 @@ def convert_examples_to_features(examples, task_name, max_seq_length, tokenizer)
     task = get_task(task_name)
     cls_id, sep_id = special_token_ids(tokenizer)
     features = []
+    # MNLI's 393k pairs take minutes to tokenize.
+    progress = Progress(f"{task.name}: tokenized", len(examples), "examples")
     for example in examples:
+        progress.update()
         ids_a = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(example.text_a))
         ids_b = None
         if example.text_b:

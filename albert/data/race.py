@@ -30,6 +30,7 @@ from absl import logging
 from albert import fileio
 from albert.data import features as feature_lib
 from albert.errors import AlbertError
+from albert.progress import Progress
 
 LEVELS = ("middle", "high")
 SPLITS = ("train", "dev", "test")
@@ -241,7 +242,9 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=512, max_qa
         )
     cls_id, sep_id = feature_lib.special_token_ids(tokenizer)
     features, cached_article = [], (None, None)
+    progress = Progress("RACE: tokenized", len(examples), "questions")  # 88k: minutes
     for example in examples:
+        progress.update()
         if cached_article[0] != example.article:  # Questions of one article share it.
             article_ids = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(example.article))
             cached_article = (example.article, article_ids)

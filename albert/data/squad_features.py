@@ -39,6 +39,7 @@ from albert import fileio
 from albert.data import features as feature_lib
 from albert.data.squad_alignment import align_tokens, char_span_to_token_span
 from albert.errors import AlbertError
+from albert.progress import Progress
 
 # The original numbers features from here, so ids never collide with example indices.
 FIRST_UNIQUE_ID = 1000000000
@@ -212,7 +213,10 @@ def iter_features(examples, tokenizer, max_seq_length, doc_stride, max_query_len
     unique_id = FIRST_UNIQUE_ID
     skipped = 0  # Training questions whose answer is not found (each warned about).
     context_cache = (None, None)  # Questions of one paragraph share its tokens.
+    # SQuAD 2.0's 130k training questions take minutes, as the original logged too.
+    progress = Progress("SQuAD: tokenized", len(examples), "questions")
     for example_index, example in enumerate(examples):
+        progress.update()
         if context_cache[0] != example.context_text:
             doc_tokens = tokenizer.tokenize(example.context_text)
             starts, ends = align_tokens(example.context_text, doc_tokens, do_lower_case, wordpiece)

@@ -240,7 +240,7 @@ def run_from_flags(flag_values):
         eval_batch_size=flag_values.eval_batch_size,
         predict_batch_size=flag_values.predict_batch_size,
         classifier_dropout_prob=flag_values.classifier_dropout_prob,
-        cached_dir=flag_values.cached_dir,
+        cached_dir=engine.feature_cache_dir(flag_values.cached_dir, flag_values.output_dir),
         threshold_to_export=(
             None if math.isnan(flag_values.threshold_to_export) else flag_values.threshold_to_export
         ),

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 import os
 import tempfile
 
@@ -129,9 +130,14 @@ class FineTuningTask(TrainingTask):
         }
         self.tokens_per_example = max_seq_length
         self._features = {}
+        self._datasets = {}  # role -> the dataset `load_features` gave
         self._predictors = {}
         # Metrics of every checkpoint the training loop evaluated in this process, by step.
         self.evaluations = {}
+        # EVAL predictions of the evaluated checkpoints that can be the final weights (the
+        # best and the latest), by step; and those of the last `evaluate`, until recorded.
+        self.eval_predictions = {}
+        self._last_eval_predictions = None
         # The eval metrics (with `global_step`) of the weights that predict and export use,
         # once `run` has them; e.g. SQuAD 2.0 predicts with the null threshold tuned there.
         self.final_evaluation = None
@@ -191,9 +197,16 @@ class FineTuningTask(TrainingTask):
         self.batch_sizes[EVAL] = value
 
     def features(self, role):
-        """The `FeatureFile` of a role, loaded (and, when in memory, written) once."""
+        """The `FeatureFile` of a role, loaded (and, when in memory, written) once. Roles
+        whose `load_features` give the same dataset (SQuAD's EVAL and PREDICT, both
+        --predict_file) share one: its features are written once, not once per role."""
         if role not in self._features:
             dataset, count, path = self.load_features(role)
+            self._datasets[role] = dataset
+            for other, loaded in list(self._datasets.items()):
+                if other != role and loaded is dataset and other in self._features:
+                    self._features[role] = self._features[other]
+                    return self._features[role]
             if path is None:
                 if self.feature_dir is None:
                     self.feature_dir = tempfile.mkdtemp(prefix="albert_features_")
@@ -289,6 +302,7 @@ class FineTuningTask(TrainingTask):
             lambda context: self.inference_dataset(role, context),
             num_batches=self.num_batches(role),
             steps_per_call=steps_per_call,
+            what=f"{role} predictions",
         )
         return predict.real_examples_in_order(outputs)
 
@@ -305,12 +319,36 @@ class FineTuningTask(TrainingTask):
 
     def evaluate(self, model, strategy, steps_per_call=1):
         """The loop's eval hook: exact metrics from a full predict pass over EVAL."""
-        return self.evaluate_predictions(self.predict(model, strategy, EVAL, steps_per_call))
+        predictions = self.predict(model, strategy, EVAL, steps_per_call)
+        self._last_eval_predictions = predictions
+        return self.evaluate_predictions(predictions)
+
+    def take_eval_predictions(self):
+        """The predictions of the last `evaluate` not yet recorded, or None; forgets them."""
+        predictions, self._last_eval_predictions = self._last_eval_predictions, None
+        return predictions
 
     def record_evaluation(self, step, checkpoint_path, metrics):
-        """Keeps the loop's metrics of each saved checkpoint, for `run`'s final evaluation."""
+        """Keeps the loop's metrics of each saved checkpoint, for `run`'s final evaluation,
+        and the predictions of those that can be the final weights (the best by
+        `best_metric` and the latest), for the predict pass to reuse (`_final_predictions`)."""
+        predictions = self.take_eval_predictions()
         if checkpoint_path:
             self.evaluations[step] = dict(metrics)
+            if predictions is not None:
+                self.eval_predictions[step] = predictions
+            kept = {step, self._best_evaluated_step()}
+            self.eval_predictions = {s: p for s, p in self.eval_predictions.items() if s in kept}
+
+    def _best_evaluated_step(self):
+        """The step of `evaluations` that `keep_best` kept as best: the first with the
+        highest `best_metric` (NaN never is), or None."""
+        scored = [
+            (metrics[self.best_metric], -step)
+            for step, metrics in self.evaluations.items()
+            if self.best_metric and not math.isnan(metrics.get(self.best_metric, math.nan))
+        ]
+        return -max(scored)[1] if scored else None
 
     # --- Weights ---------------------------------------------------------------------
 
@@ -418,6 +456,14 @@ def _absolute(path):
     return os.path.normpath(os.path.abspath(path))
 
 
+def feature_cache_dir(cached_dir, output_dir):
+    """Where a fine-tuning script caches its tokenized features: `cached_dir`, else
+    `output_dir/features` (the original caches in --output_dir), so a rerun in the same
+    --output_dir (resumed, or evaluating or predicting later) reads them instead of
+    tokenizing again (minutes for MNLI or SQuAD 2.0's training set)."""
+    return cached_dir or os.path.join(output_dir, FEATURES_DIR)
+
+
 def use_output_dir(task, output_dir):
     """Features a task holds in memory go to `output_dir/features` (shared by every host)."""
     if task.feature_dir is None:
@@ -444,7 +490,7 @@ def fit_batch_sizes(task, num_replicas, options, do_predict):
 
 
 def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
-    results = {}
+    results, eval_predictions = {}, None
     if options.do_train:
         results = loop.run(task, strategy, options, optimizer_fn)
     if not (options.do_eval or do_predict or export_dir):
@@ -460,10 +506,8 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
         # Weights without a step (HF, Keras files) have trained 0 steps here; the original's
         # eval_results.txt always holds an integer, which scripts parse as a number.
         global_step = 0 if step is None else step
-        results = {
-            "global_step": global_step,
-            **_final_metrics(task, model, strategy, step, options),
-        }
+        metrics, eval_predictions = _final_metrics(task, model, strategy, step, options)
+        results = {"global_step": global_step, **metrics}
         task.final_evaluation = results
         logging.info(
             "Final eval of %s: %s", path, " | ".join(f"{k} {v}" for k, v in results.items())
@@ -474,7 +518,7 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
     elif do_predict:
         task.final_evaluation = earlier_evaluation(options.output_dir, path, step)
     if do_predict:
-        predictions = task.predict(model, strategy, PREDICT, steps_per_call)
+        predictions = _final_predictions(task, model, strategy, steps_per_call, eval_predictions)
         if chief:
             for written in task.write_predictions(predictions, options.output_dir):
                 logging.info("Predictions written to %s.", written)
@@ -523,10 +567,26 @@ def _evaluate_saved_checkpoints(task, model, strategy, options):
 
 
 def _final_metrics(task, model, strategy, step, options):
-    """The eval metrics of the final weights (global step `step`, loaded in `model`): those
-    this process computed for that checkpoint (the training loop, or the evaluation of the
-    saved checkpoints under --do_eval alone), else a predict pass."""
+    """(The eval metrics of the final weights (global step `step`, loaded in `model`), their
+    EVAL predictions or None): those this process computed for that checkpoint (the training
+    loop, or the evaluation of the saved checkpoints under --do_eval alone), else a predict
+    pass."""
     if step in task.evaluations:
         logging.info("Final eval: the weights of step %d, evaluated earlier in this run.", step)
-        return task.evaluations[step]
-    return task.evaluate(model, strategy, options.iterations_per_loop)
+        return task.evaluations[step], task.eval_predictions.get(step)
+    metrics = task.evaluate(model, strategy, options.iterations_per_loop)
+    return metrics, task.take_eval_predictions()
+
+
+def _final_predictions(task, model, strategy, steps_per_call, eval_predictions):
+    """The PREDICT predictions of the final weights. When PREDICT reads EVAL's features at
+    EVAL's batch size (SQuAD's --predict_file, with --eval_batch_size equal to
+    --predict_batch_size), the final evaluation ran these weights over the same batches:
+    its predictions are reused instead of a second, identical pass (minutes for a large
+    model over SQuAD 2.0's dev set)."""
+    same_batches = task.batch_sizes[PREDICT] == task.batch_sizes[EVAL]
+    if eval_predictions is not None and same_batches:
+        if task.features(PREDICT) is task.features(EVAL):
+            logging.info("Predictions: those of the final eval (same weights and features).")
+            return eval_predictions
+    return task.predict(model, strategy, PREDICT, steps_per_call)

@@ -11,11 +11,14 @@ import dataclasses
 import hashlib
 import os
 
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from albert.data import features as feature_lib
+from albert.progress import Progress
+
+# Elements read per host call when writing features held in memory.
+READ_BATCH_SIZE = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,14 +47,23 @@ def write_features_file(dataset, directory, role):
     """
     digest = hashlib.sha256()
     features = []
-    for element in dataset.as_numpy_iterator():
-        feature = {}
-        for name in sorted(element):
-            value = np.asarray(element[name])
-            digest.update(f"{name}:{value.dtype}:{value.shape}".encode())
-            digest.update(value.tobytes())
-            feature[name] = value.reshape(-1).tolist() if value.ndim else value.item()
-        features.append(feature)
+    count = int(dataset.cardinality())
+    progress = Progress(f"{role} features: read", count if count >= 0 else None, "examples")
+    # Batches, not single elements: TensorFlow's per-element iteration on the host costs
+    # about 0.25 ms each, minutes for MNLI's 393k examples. Rows hash as the elements did.
+    for batch in dataset.batch(READ_BATCH_SIZE).as_numpy_iterator():
+        names = sorted(batch)
+        # What the hash holds before each element's values: the same for every row.
+        headers = {name: f"{name}:{batch[name].dtype}:{batch[name].shape[1:]}" for name in names}
+        for row in range(len(batch[names[0]])):
+            feature = {}
+            for name in names:
+                value = batch[name][row]
+                digest.update(headers[name].encode())
+                digest.update(value.tobytes())
+                feature[name] = value.reshape(-1).tolist() if value.ndim else value.item()
+            features.append(feature)
+        progress.update(len(batch[names[0]]))
     path = os.path.join(directory, f"{role}-{digest.hexdigest()[:12]}.tfrecord")
     complete = tf.io.gfile.exists(path) and tf.io.gfile.exists(feature_lib.schema_path(path))
     if not (complete and feature_lib.cache_damage(path) is None):

@@ -81,7 +81,8 @@ def define_finetuning_flags(
             "cached_dir",
             None,
             "Directory of the tokenized-feature cache (TFRecords); a later run with the same "
-            "data, tokenizer and max_seq_length reads it instead of tokenizing again.",
+            "data, tokenizer and max_seq_length reads it instead of tokenizing again. "
+            "Default: --output_dir/features.",
         ),
         (
             flags.DEFINE_string,

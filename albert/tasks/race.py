@@ -268,7 +268,7 @@ def run_from_flags(flag_values):
         classifier_dropout_prob=flag_values.classifier_dropout_prob,
         cached_dir={
             role: finetuning_flags.feature_file_directory(flag_values, (name,))
-            or flag_values.cached_dir
+            or engine.feature_cache_dir(flag_values.cached_dir, flag_values.output_dir)
             for role, name in (
                 (engine.TRAIN, "train_file"),
                 (engine.EVAL, "eval_file"),

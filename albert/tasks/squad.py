@@ -503,10 +503,11 @@ def run_from_flags(flag_values):
         flag_values, ("predict_feature_file", "predict_feature_left_file")
     )
     train_dir = finetuning_flags.feature_file_directory(flag_values, ("train_feature_file",))
+    cache = engine.feature_cache_dir(flag_values.cached_dir, flag_values.output_dir)
     cached_dir = {
-        engine.TRAIN: train_dir or flag_values.cached_dir,
-        engine.EVAL: predict_dir or flag_values.cached_dir,
-        engine.PREDICT: predict_dir or flag_values.cached_dir,
+        engine.TRAIN: train_dir or cache,
+        engine.EVAL: predict_dir or cache,
+        engine.PREDICT: predict_dir or cache,
     }
     task = SquadTask(
         flag_values.train_file,

@@ -13,17 +13,22 @@ engine's `inference_dataset` on several hosts):
     real_examples_in_order(outputs)                   -> padding dropped, file order restored
 
 As training does, one host call runs up to `steps_per_call` batches in an in-graph loop and
-returns their outputs stacked (on TPU each call is a round trip to the hosts). Replicas (and
+returns their outputs stacked (on TPU each call is a round trip to the hosts); calls start at
+one batch and grow while each runs within half a progress interval, so a long pass logs its
+progress (`albert.progress`) every ~30 s instead of once per 1000 batches. Replicas (and
 workers) each see a share of every global batch, so the rows come back grouped by replica;
 `example_index` puts them back in order whatever the strategy.
 """
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import tensorflow as tf
 
 from albert.errors import AlbertError
+from albert.progress import Progress
 
 EXAMPLE_INDEX = "example_index"
 IS_REAL_EXAMPLE = "is_real_example"
@@ -96,7 +101,7 @@ class Predictor:
         }
         return steps, stacked
 
-    def predict(self, dataset_fn, num_batches=None, steps_per_call=1):
+    def predict(self, dataset_fn, num_batches=None, steps_per_call=1, what="predict"):
         """The outputs of every batch of `dataset_fn`'s finite dataset.
 
         Args:
@@ -104,7 +109,12 @@ class Predictor:
                 of fixed shape (padded; see the module doc).
             num_batches: the global batches the dataset holds, when known: no host call
                 then asks for a batch past the end. None: until the data ends.
-            steps_per_call: batches per host call (`--iterations_per_loop`).
+            steps_per_call: the most batches per host call (`--iterations_per_loop`). The
+                first call runs one batch (it also compiles the loop) and each next call up
+                to twice the last, as long as it runs in half a progress interval at the
+                last call's rate: 1000 batches of a large model in one call would run for
+                minutes without a progress line.
+            what: what the progress lines call the pass, e.g. "eval predictions".
 
         Returns:
             dict of name -> numpy array, batches concatenated on the first axis.
@@ -121,12 +131,20 @@ class Predictor:
             }
         chunks = []
         remaining = num_batches
+        # SQuAD's 12k dev windows on a large model: minutes between the loop's lines.
+        progress = Progress(f"{what}: ran", num_batches, "batches")
+        call_size = 1
         while remaining is None or remaining > 0:
-            wanted = steps_per_call if remaining is None else min(steps_per_call, remaining)
+            wanted = min(steps_per_call, call_size, remaining or call_size)
+            start = time.perf_counter()
             steps, outputs = self._loop(iterator, tf.constant(wanted, tf.int32))
             steps = int(steps)
+            # The first call also traces and compiles the loop: no rate from it.
+            seconds = None if not chunks else time.perf_counter() - start
+            call_size = next_call_size(wanted, seconds, progress.interval / 2)
             if steps:
                 chunks.append({name: value.numpy() for name, value in outputs.items()})
+                progress.update(steps)
             if remaining is not None:
                 remaining -= steps
             if steps < wanted:
@@ -140,6 +158,16 @@ class Predictor:
             )
             for name in chunks[0]
         }
+
+
+def next_call_size(batches, seconds, target_seconds):
+    """Batches for the next host call after one of `batches` that took `seconds` (None: not
+    timed): twice as many, but no more than run in `target_seconds` at that rate, and at
+    least one."""
+    if seconds is None:
+        return 2 * batches
+    fits = int(target_seconds * batches / max(seconds, 1e-9))
+    return max(1, min(2 * batches, fits))
 
 
 def real_examples_in_order(outputs):

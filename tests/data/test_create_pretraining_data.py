@@ -103,6 +103,8 @@ def test_summary_counts_and_progress(tmp_path, corpus_dir, spm_model, caplog):
     assert summary.instances > 150 and summary.tokens > 3000
     assert 0.4 < summary.label_ones / summary.instances < 0.75
     assert any("instances (" in r.getMessage() for r in caplog.records)  # Progress.
+    gathered = f"Global shuffle: gathered {summary.buckets}/{summary.buckets} buckets (100%)"
+    assert any(r.getMessage().startswith(gathered) for r in caplog.records)
     assert any("skipped 2 with fewer than 2 sentences" in r.getMessage() for r in caplog.records)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from albert import progress
 from albert.data.glue import (
     GlueDataError,
     InputExample,
@@ -323,6 +324,15 @@ def test_conversion_layout_labels_and_truncation():
     assert single["input_ids"] == [2, *full[:5], 3] and single["label_ids"] == 1
     stsb = convert_examples_to_features(EXPECTED[("sts-b", "dev")], "sts-b", 32, tokenizer)
     assert stsb[0]["label_ids"] == 0.75 and isinstance(stsb[0]["label_ids"], float)
+
+
+def test_conversion_logs_its_progress(monkeypatch, absl_caplog):
+    # MNLI's 393k pairs take minutes: a line every PROGRESS_SECONDS (here every example).
+    monkeypatch.setattr(progress, "PROGRESS_SECONDS", 0.0)
+    tokenizer = FullTokenizer(spm_model_file=MODEL)
+    examples = EXPECTED[("mnli", "dev")] + EXPECTED[("mnli", "test")]
+    convert_examples_to_features(examples, "mnli", 13, tokenizer)
+    assert "mnli: tokenized 2/2 examples (100%) | " in absl_caplog.text
 
 
 def test_load_features_caches_and_skips_tokenization_the_second_time(tmp_path):

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from albert import progress
 from albert.data.race import (
     RaceDataError,
     RaceExample,
@@ -148,6 +149,14 @@ def test_features_layout_and_truncation(tokenizer):
     assert len(set(map(tuple, input_ids.tolist()))) == 4  # Each choice differs.
     with pytest.raises(RaceDataError, match="--max_qa_length=40"):
         convert_examples_to_features([example], tokenizer, t, 40)
+
+
+def test_conversion_logs_its_progress(tokenizer, monkeypatch, absl_caplog):
+    # RACE's 88k questions take minutes: a line every PROGRESS_SECONDS (here every one).
+    monkeypatch.setattr(progress, "PROGRESS_SECONDS", 0.0)
+    example = RaceExample("x-0", MIDDLE["article"], "Why?", ["a", "b", "c", "d"], 0, "high")
+    convert_examples_to_features([example] * 3, tokenizer, 16, 4)
+    assert "RACE: tokenized 3/3 questions (100%) | " in absl_caplog.text
 
 
 def test_an_empty_question_and_option_still_ends_with_two_separators(tokenizer):

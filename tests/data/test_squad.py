@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from albert import progress
 from albert.data import squad_postprocessing as postprocessing
 from albert.data.squad import SquadDataError, SquadExample, load_features, read_squad_examples
 from albert.data.squad_alignment import align_tokens
@@ -147,6 +148,15 @@ def test_doc_spans_and_max_context():
     assert doc_spans(5, 10, 3) == [(0, 5)]
     assert doc_spans(0, 10, 3) == [(0, 0)]  # An empty context still gets one window.
     assert doc_spans(7, 4, 8) == [(0, 4), (4, 3)]  # A stride past the window moves by its length.
+
+
+def test_conversion_logs_its_progress(tmp_path, monkeypatch, absl_caplog):
+    # SQuAD 2.0's 130k training questions take minutes: a line every PROGRESS_SECONDS.
+    monkeypatch.setattr(progress, "PROGRESS_SECONDS", 0.0)
+    tokenizer = FullTokenizer(spm_model_file=MODEL)
+    example = SquadExample("q", "what is it", "It is a word here.", "word", 8)
+    convert_examples_to_features([example] * 2, tokenizer, 23, 5, 4, is_training=False)
+    assert "SQuAD: tokenized 2/2 questions (100%) | " in absl_caplog.text
 
 
 def test_feature_layout_and_windows(tmp_path):

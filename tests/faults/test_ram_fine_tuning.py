@@ -89,7 +89,7 @@ def test_race_on_ram_end_to_end(ram_inputs):
     data = test_race_task.write_race(local / "race", {"train": 8, "dev": 5, "test": 3}, seed=0)
     data_dir = _to_ram(data, f"{root}/race")
     output_dir = f"{root}/out_race"
-    # No --cached_dir: the features held in memory are written to output_dir/features.
+    # No --cached_dir: each split's feature cache is written to output_dir/features.
     metrics, _ = test_race_task.run_race(
         f"--spm_model_file={spm}",
         f"--data_dir={data_dir}",
@@ -119,4 +119,4 @@ def test_race_on_ram_end_to_end(ram_inputs):
     ):
         assert tf.io.gfile.exists(f"{output_dir}/{name}"), name
     written = tf.io.gfile.glob(f"{output_dir}/features/*.tfrecord")
-    assert sorted(Path(p).name.split("-")[0] for p in written) == ["eval", "predict", "train"]
+    assert sorted(Path(p).name.split("_")[1] for p in written) == ["dev", "test", "train"]

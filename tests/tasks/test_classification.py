@@ -106,6 +106,25 @@ def test_second_run_reads_the_feature_cache(sst2, monkeypatch):
     assert again["global_step"] == metrics["global_step"]
 
 
+@pytest.mark.slow
+def test_a_rerun_in_the_output_dir_reads_its_features(tmp_path, monkeypatch):
+    # Without --cached_dir the features are cached in --output_dir/features, as the original
+    # caches in --output_dir: a resumed or later run does not tokenize MNLI's 393k again.
+    data_dir = synthetic.write_sst2(tmp_path / "glue")
+    config = synthetic.write_config(tmp_path / "config.json")
+    flags = synthetic.tiny_run_flags(data_dir, tmp_path / "out", config, "sst-2")
+    first, _ = synthetic.run_classifier(*flags, "--train_step=2", "--do_train", "--do_eval")
+    cached = list((tmp_path / "out" / "features").glob("sst-2_*_seq32_*.tfrecord"))
+    assert sorted(path.name.split("_")[1] for path in cached) == ["dev", "train"]
+
+    def no_tokenizing(*args, **kwargs):
+        raise AssertionError("tokenized again although --output_dir caches the features")
+
+    monkeypatch.setattr(glue, "convert_examples_to_features", no_tokenizing)
+    again, _ = synthetic.run_classifier(*flags, "--do_eval")
+    assert again == first
+
+
 def _task(data_dir, task_name, config=None):
     tokenizer = FullTokenizer(spm_model_file=synthetic.SPM_MODEL, do_lower_case=True)
     config = config or AlbertConfig.from_dict(synthetic.TINY_CONFIG)

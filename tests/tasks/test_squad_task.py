@@ -185,6 +185,20 @@ def _task(version_2):
     return squad.SquadTask(None, None, None, config, version_2)
 
 
+def test_eval_and_predict_features_of_one_file_are_written_once(tmp_path):
+    from albert.config import AlbertConfig
+    from albert.tokenization import FullTokenizer
+
+    dev = write_marker_squad(tmp_path / "dev.json", 5, seed=1)
+    config = AlbertConfig.from_dict(synthetic.TINY_CONFIG)
+    tokenizer = FullTokenizer(spm_model_file=synthetic.SPM_MODEL)
+    window = dict(max_seq_length=64, doc_stride=32, max_query_length=16)
+    task = squad.SquadTask(None, dev, tokenizer, config, False, **window)
+    task.feature_dir = str(tmp_path / "features")
+    assert task.features(engine.PREDICT) is task.features(engine.EVAL)
+    assert len(list((tmp_path / "features").glob("*.tfrecord"))) == 1
+
+
 def test_losses_match_numpy():
     rng = np.random.default_rng(3)
     batch, length = 3, 7
@@ -339,3 +353,35 @@ def test_v2_test_file_predictions_take_the_threshold_tuned_on_dev(tmp_path):
         predictions = json.loads((output_dir / "predictions.json").read_text())
         assert len(predictions) == 12
         assert all((text == "") == all_null for text in predictions.values()), predictions
+
+
+@pytest.mark.slow
+def test_predict_reuses_the_final_eval_of_the_same_file_and_batch(tmp_path, monkeypatch):
+    # EVAL and PREDICT both read --predict_file: at one batch size, the predict pass of the
+    # final weights is their final eval's (minutes for a large model over SQuAD 2.0 dev).
+    train = write_marker_squad(tmp_path / "train.json", 12, seed=0)
+    dev = write_marker_squad(tmp_path / "dev.json", 9, seed=1)
+    config = synthetic.write_config(tmp_path / "config.json")
+    passes = []
+    predict = engine.FineTuningTask.predict
+
+    def counting_predict(self, model, strategy, role, steps_per_call=1):
+        passes.append(role)
+        return predict(self, model, strategy, role, steps_per_call)
+
+    monkeypatch.setattr(engine.FineTuningTask, "predict", counting_predict)
+    output_dir = tmp_path / "out"
+    common = [*tiny_flags(config, output_dir, train, dev), "--predict_batch_size=4"]
+    steps = ["--train_step=4", "--save_checkpoints_steps=2"]
+    run_squad(*common, "--eval_batch_size=4", *steps, "--do_train", "--do_predict")
+    assert passes == [engine.EVAL, engine.EVAL]  # steps 2 and 4; no PREDICT pass
+    # The features of --predict_file are written once, not once per role.
+    written = [p.name for p in (output_dir / "features").glob("*.tfrecord")]
+    assert not [name for name in written if name.startswith("predict")], written
+    reused = (output_dir / "predictions.json").read_bytes()
+    # A predict pass of the same weights at the same batch writes the same file.
+    (output_dir / "predictions.json").unlink()
+    passes.clear()
+    run_squad(*common, "--eval_batch_size=3", "--do_predict")
+    assert passes == [engine.EVAL, engine.PREDICT]
+    assert (output_dir / "predictions.json").read_bytes() == reused

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from albert import progress
 from albert.data.features import pad_dataset
 from albert.training import predict
 
@@ -96,15 +97,25 @@ def test_every_example_once_in_order_on_two_replicas():
     assert result.returncode == 0, result.stderr[-3000:]
     one_per_call, two_per_call = json.loads(result.stdout.strip().splitlines()[-1])
     _check(one_per_call, [0, 1])
-    _check(two_per_call, [0, 1], host_calls=(2, 1))
+    _check(two_per_call, [0, 1], host_calls=(1, 2))
 
 
 def test_several_batches_per_host_call_give_the_same_predictions():
     strategy = tf.distribute.get_strategy()
-    # 3 global batches: 2 + 1 when the count is known; 2 + 2 (one short: the end) when not.
-    _check(predict_numbers(strategy, steps_per_call=2, num_batches=3), [0], host_calls=(2, 1))
-    _check(predict_numbers(strategy, steps_per_call=2), [0], host_calls=(2, 2))
-    _check(predict_numbers(strategy, steps_per_call=1000, num_batches=3), [0], host_calls=(3,))
+    # 3 global batches. Calls start at one batch and double (up to steps_per_call): 1 + 2
+    # when the count is known; 1 + 2 + 2 (the last finds the end) when not.
+    _check(predict_numbers(strategy, steps_per_call=2, num_batches=3), [0], host_calls=(1, 2))
+    _check(predict_numbers(strategy, steps_per_call=2), [0], host_calls=(1, 2, 2))
+    _check(predict_numbers(strategy, steps_per_call=1000, num_batches=3), [0], host_calls=(1, 2))
+
+
+def test_a_host_call_runs_within_half_a_progress_interval():
+    # The first call compiles: the next doubles whatever it took.
+    assert predict.next_call_size(1, None, 15.0) == 2
+    assert predict.next_call_size(512, 1.0, 15.0) == 1024  # fast: doubles
+    # 0.2 s a batch (a large model): 75 batches fit in 15 s, not 1000 (200 s of silence).
+    assert predict.next_call_size(100, 20.0, 15.0) == 75
+    assert predict.next_call_size(1, 100.0, 15.0) == 1  # never fewer than one
 
 
 def test_real_examples_in_order_drops_padding_and_sorts():
@@ -130,3 +141,10 @@ def test_an_empty_dataset_is_an_error():
 
     with pytest.raises(predict.PredictError, match="holds no batch"):
         predict.Predictor(tf.distribute.get_strategy(), lambda f: f).predict(dataset_fn)
+
+
+def test_the_pass_logs_its_progress(monkeypatch, absl_caplog):
+    # A large model over SQuAD's 12k dev windows runs for minutes between the loop's lines.
+    monkeypatch.setattr(progress, "PROGRESS_SECONDS", 0.0)
+    predict_numbers(tf.distribute.get_strategy(), num_batches=3)
+    assert "predict: ran 3/3 batches (100%) | " in absl_caplog.text
