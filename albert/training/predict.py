@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from albert.errors import AlbertError
 from albert.progress import Progress
+from albert.training.strategy import worker_info
 
 EXAMPLE_INDEX = "example_index"
 IS_REAL_EXAMPLE = "is_real_example"
@@ -112,8 +113,8 @@ class Predictor:
             steps_per_call: the most batches per host call (`--iterations_per_loop`). The
                 first call runs one batch (it also compiles the loop) and each next call up
                 to twice the last, as long as it runs in half a progress interval at the
-                last call's rate: 1000 batches of a large model in one call would run for
-                minutes without a progress line.
+                last call's rate (not timed with several workers): 1000 batches of a large
+                model in one call would run for minutes without a progress line.
             what: what the progress lines call the pass, e.g. "eval predictions".
 
         Returns:
@@ -134,13 +135,17 @@ class Predictor:
         # SQuAD's 12k dev windows on a large model: minutes between the loop's lines.
         progress = Progress(f"{what}: ran", num_batches, "batches")
         call_size = 1
+        # The workers of a MultiWorkerMirroredStrategy must make the same calls: the loop's
+        # collectives pair up by loop iteration, and sizes timed on each worker could differ.
+        # They double from one batch to `steps_per_call`, untimed.
+        timed = worker_info(self.strategy)[1] == 1
         while remaining is None or remaining > 0:
             wanted = min(steps_per_call, call_size, remaining or call_size)
             start = time.perf_counter()
             steps, outputs = self._loop(iterator, tf.constant(wanted, tf.int32))
             steps = int(steps)
             # The first call also traces and compiles the loop: no rate from it.
-            seconds = None if not chunks else time.perf_counter() - start
+            seconds = None if not (chunks and timed) else time.perf_counter() - start
             call_size = next_call_size(wanted, seconds, progress.interval / 2)
             if steps:
                 chunks.append({name: value.numpy() for name, value in outputs.items()})

@@ -118,6 +118,18 @@ def test_a_host_call_runs_within_half_a_progress_interval():
     assert predict.next_call_size(1, 100.0, 15.0) == 1  # never fewer than one
 
 
+@pytest.mark.parametrize("num_workers, host_calls", [(1, (1, 2, 1)), (2, (1, 2, 4))])
+def test_workers_make_the_same_calls_whatever_their_clocks(monkeypatch, num_workers, host_calls):
+    # Every call takes 100 s: after the first (untimed: it compiles), one worker goes back to
+    # one batch a call. Several workers must make the same calls (their collectives pair by
+    # loop iteration), so theirs double, untimed.
+    clock = iter(range(0, 10**6, 100))
+    monkeypatch.setattr(predict.time, "perf_counter", lambda: float(next(clock)))
+    monkeypatch.setattr(predict, "worker_info", lambda strategy: (0, num_workers, True))
+    strategy = tf.distribute.get_strategy()
+    _check(predict_numbers(strategy, steps_per_call=1000), [0], host_calls=host_calls)
+
+
 def test_real_examples_in_order_drops_padding_and_sorts():
     outputs = {
         "logits": np.array([[3.0], [1.0], [0.0], [2.0]]),
