@@ -387,6 +387,36 @@ def require_something_to_do(flag_values):
         raise FlagError(f"Pass {listed} and/or --{names[-1]}; there is nothing to do.")
 
 
+# Off TPU, the original's Estimator logs the loss and writes summaries every 100 steps
+# (`log_step_count_steps`, `save_summary_steps`); its --iterations_per_loop=1000 is a TPU
+# setting. Here a host call logs and writes once, so off TPU it runs at most this many steps
+# unless --iterations_per_loop is given.
+OFF_TPU_STEPS_PER_CALL = 100
+
+
+def steps_per_host_call(flag_values):
+    """`--iterations_per_loop`, or, left at its default off TPU, at most
+    `OFF_TPU_STEPS_PER_CALL`: a GPU run of a large model would otherwise log (and add a
+    TensorBoard point) once per 1000 steps, minutes apart."""
+    from albert.training import strategy as strategy_lib
+
+    steps = flag_values.iterations_per_loop
+    if flag_values["iterations_per_loop"].present or steps <= OFF_TPU_STEPS_PER_CALL:
+        return steps
+    name = strategy_lib.resolve_strategy_name(
+        flag_values.strategy, flag_values.use_tpu, flag_values.tpu_name, flag_values.master
+    )
+    if name == "tpu":
+        return steps
+    logging.info(
+        "Host calls of at most %d steps (a log line and summaries each), as the original's "
+        "Estimator logs off TPU; --iterations_per_loop=%d applies on TPU or when given.",
+        OFF_TPU_STEPS_PER_CALL,
+        steps,
+    )
+    return OFF_TPU_STEPS_PER_CALL
+
+
 def run_options_from_flags(flag_values, **overrides):
     """`RunOptions` from the shared flags (plus job-specific `overrides`)."""
     from albert.training.loop import RunOptions
@@ -402,7 +432,7 @@ def run_options_from_flags(flag_values, **overrides):
         do_eval=flag_values.do_eval,
         save_checkpoints_steps=flag_values.save_checkpoints_steps,
         keep_checkpoint_max=flag_values.keep_checkpoint_max,
-        iterations_per_loop=flag_values.iterations_per_loop,
+        iterations_per_loop=steps_per_host_call(flag_values),
         init_checkpoint=flag_values.init_checkpoint,
         seed=flag_values.random_seed,
         jit_compile=hardware_choice_from_flags(flag_values).jit_compile,

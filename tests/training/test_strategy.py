@@ -226,3 +226,26 @@ def test_the_client_of_a_tpu_pod_is_the_one_chief(tmp_path):
     assert strategy_lib.worker_info(strategy) == (0, 1, True)
     assert strategy_lib.writable_dir(str(tmp_path), strategy) == str(tmp_path)
     assert strategy_lib.worker_barrier(strategy) is None
+
+
+def _options(*args):
+    from absl import flags
+
+    from albert.training import flags as flags_lib
+
+    flag_values = flags.FlagValues()
+    flags_lib.define_pretraining_flags(flag_values)
+    flag_values(["run_pretraining.py", "--do_train", "--output_dir=out", *args])
+    return flags_lib.run_options_from_flags(flag_values)
+
+
+def test_off_tpu_the_default_host_call_is_the_original_estimators_100_steps(absl_caplog):
+    # The original's Estimator logs and writes summaries every 100 steps off TPU; a host call
+    # of --iterations_per_loop=1000 (a TPU setting) would log a large GPU run minutes apart.
+    assert _options("--strategy=default").iterations_per_loop == 100
+    assert "Host calls of at most 100 steps" in absl_caplog.text
+    assert _options("--strategy=mirrored").iterations_per_loop == 100
+    # Given, or on a TPU, the flag is the host call.
+    assert _options("--iterations_per_loop=1000").iterations_per_loop == 1000
+    assert _options("--iterations_per_loop=500").iterations_per_loop == 500
+    assert _options("--use_tpu", "--tpu_name=pod").iterations_per_loop == 1000
