@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import datetime
 import time
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
+
+from albert.progress import format_duration
 
 
 class ScalarWriter:
@@ -49,10 +50,6 @@ def eager_scalar(value, dtype=None):
     a metric) is a cache entry of about 1 KB never freed. Arrays are not cached.
     """
     return np.asarray(value, dtype)
-
-
-def format_duration(seconds):
-    return str(datetime.timedelta(seconds=int(max(seconds, 0))))
 
 
 class ProgressLogger:
