@@ -8,7 +8,8 @@ once, but each compiles and warms up alone, so that XLA's autotuning times its k
 quiet card), then take turns one step at a time, `--steps` rounds, so that a slow spell of
 a shared machine hits every row alike; each row reports the median of its step times.
 A row that ran out of memory beside the others is run again alone once they have quit, and
-marked so:
+marked so (on a GPU, JAX rows share a compilation cache, so a rerun does not compile again, and
+the PyTorch row hands back its cached memory after warming up):
 - ours: `albert.training.steps.Trainer` (the engine run_pretraining.py uses: LAMB, global-norm
   clipping, MLM gathered at 20 positions + SOP), one step per host call: float32 with XLA,
   bfloat16 with and without XLA (`--ours_paths=all` adds float32 without). The row marked `*`
@@ -57,6 +58,7 @@ def serve(args, config_values):
     with warmup_turn(args.warmup_lock, args.warmup_wait_seconds) as held:
         for _ in range(WARMUP_STEPS):
             step()
+        release_cached_memory()
     print(json.dumps({"ready": True, "warmed_up_alone": held}), flush=True)
     for line in sys.stdin:
         command, _, log_dir = line.strip().partition(" ")
@@ -75,6 +77,17 @@ def serve(args, config_values):
         print(f"peak GPU memory unreadable: {error!r}", file=sys.stderr)
         gpu_peak = None
     print(json.dumps({"peak_mib": peak_mib, "gpu_peak_mib": gpu_peak}), flush=True)
+
+
+def release_cached_memory():
+    """Hands back to the card what PyTorch's allocator keeps for the next step, so that a row
+    warming up after this one finds it free. A row on JAX cannot (its allocator keeps what it
+    grew to): on a card too small for all the rows, the PyTorch row is then the one that runs
+    out in a turn and is run again alone, which costs seconds, not the minute of compiling
+    that rebuilding an XLA row does."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 @contextlib.contextmanager
@@ -139,6 +152,10 @@ class Row:
         if args.device == "gpu":
             # Rows share the card: TensorFlow and JAX must not each take all of its memory.
             env.update(TF_FORCE_GPU_ALLOW_GROWTH="true", XLA_PYTHON_CLIENT_PREALLOCATE="false")
+            if getattr(args, "compile_cache", None):
+                # A row run again alone finds its step compiled (and autotuned) by its first
+                # process in the cache the rows share, instead of a minute of compiling.
+                env.setdefault("JAX_COMPILATION_CACHE_DIR", args.compile_cache)
             if which == "keras_hub" and importlib.util.find_spec("tensorflow") is None:
                 env["KERAS_BACKEND"] = "jax"
         if which == "ours_jax":
@@ -305,8 +322,9 @@ def main():
         config_values = json.load(f)
     if args.one:
         return serve(args, config_values)
-
-    return 0 if compare(args, config_values) else 1
+    with tempfile.TemporaryDirectory(prefix="bench_jax_cache") as cache:
+        args.compile_cache = cache
+        return 0 if compare(args, config_values) else 1
 
 
 def compare(args, config_values):

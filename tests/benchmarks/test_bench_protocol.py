@@ -204,3 +204,46 @@ def test_paired_ratio_cancels_a_slow_spell_that_the_medians_keep():
     low, middle, high = bench_training.quartiles(bench_training.paired_ratios(ours, peer))
     assert middle == pytest.approx(1.2) and low == pytest.approx(1.2)
     assert bench_training.quartiles([1, 2, 3, 4, 5]) == (2, 3, 4)
+
+
+def test_rows_on_a_gpu_share_a_compilation_cache_a_rerun_row_too(monkeypatch, tmp_path):
+    envs = []
+
+    def popen(command, env=None, **kwargs):
+        envs.append(env)
+        return None
+
+    monkeypatch.setattr(bench_training.subprocess, "Popen", popen)
+    args = _args(device="gpu", compile_cache=str(tmp_path))
+    bench_training.Row("keras_hub", "kh", "bfloat16", args, warmup_lock=str(tmp_path / "lock"))
+    bench_training.Row("keras_hub", "kh", "bfloat16", args)  # run again alone: no lock
+    bench_training.Row("ours", "ours", "bfloat16", _args(compile_cache=str(tmp_path)))  # CPU
+    assert [env.get("JAX_COMPILATION_CACHE_DIR") for env in envs] == [str(tmp_path)] * 2 + [None]
+
+
+def test_the_pytorch_row_hands_back_its_cached_memory_before_it_says_ready(monkeypatch, capsys):
+    events = []
+
+    class Cuda:
+        @staticmethod
+        def is_initialized():
+            return True
+
+        @staticmethod
+        def empty_cache():
+            events.append("empty_cache")
+
+    monkeypatch.setitem(sys.modules, "torch", argparse.Namespace(cuda=Cuda))
+    monkeypatch.setitem(
+        bench_training.RUNNERS, "hf", lambda args, config: lambda: events.append("step")
+    )
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    monkeypatch.setattr(bench_training, "gpu_peak_mib", lambda: None)
+    args = argparse.Namespace(one="hf", warmup_lock=None, warmup_wait_seconds=0)
+    bench_training.serve(args, _config())
+    assert events == ["step"] * bench_training.WARMUP_STEPS + ["empty_cache"]
+    assert '"ready": true' in capsys.readouterr().out
+    Cuda.is_initialized = staticmethod(lambda: False)  # PyTorch never touched the GPU
+    events.clear()
+    bench_training.serve(args, _config())
+    assert events == ["step"] * bench_training.WARMUP_STEPS
