@@ -319,6 +319,8 @@ def strategy_from_flags(flag_values):
     name = strategy_lib.resolve_strategy_name(
         flag_values.strategy, flag_values.use_tpu, flag_values.tpu_name, flag_values.master
     )
+    # Before connecting to a TPU or a cluster: a precision the device cannot run fails at once.
+    choice = hardware_choice_from_flags(flag_values, name)
     strategy = strategy_lib.create_strategy(
         name,
         tpu_name=flag_values.tpu_name,
@@ -326,7 +328,6 @@ def strategy_from_flags(flag_values):
         gcp_project=flag_values.gcp_project,
         master=flag_values.master,
     )
-    choice = hardware_choice_from_flags(flag_values, name)
     precision = strategy_lib.set_precision(choice.precision, name)
     if name == "tpu" and strategy.num_replicas_in_sync != flag_values.num_tpu_cores:
         logging.warning(

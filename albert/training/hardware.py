@@ -21,12 +21,18 @@ import dataclasses
 import os
 import sys
 
+from albert.errors import AlbertError
+
 # /proc/cpuinfo flags of matrix units that run bfloat16 products natively.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "amx")
 # Overrides /proc/cpuinfo's flags (space-separated; "" for none), e.g. to reproduce another
 # machine's `auto` choice, or to keep a test suite's path the same on every CPU.
 CPU_FLAGS_VARIABLE = "ALBERT_CPU_FLAGS"
 AUTO = "auto"
+
+
+class PrecisionError(AlbertError):
+    """A `--mixed_precision` the device cannot run."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +110,9 @@ def choose(device, mixed_precision=AUTO, jit_compile=None):
     Returns:
         A `Choice`; its reason names what was chosen automatically and why.
 
+    Raises:
+        PrecisionError: float16 asked for on a TPU.
+
     Example:
         >>> choose(DeviceDescription("cpu", frozenset({"avx2", "avx512_bf16"}))).describe()
         'precision bfloat16, XLA off (auto precision: CPU with bfloat16 matrix units
@@ -113,6 +122,13 @@ def choose(device, mixed_precision=AUTO, jit_compile=None):
     if precision in (None, AUTO):
         precision, why = _auto_precision(device)
         reasons = [f"auto precision: {why}"]
+    elif precision == "float16" and device.kind == "tpu":
+        # TPU matrix units take bfloat16; float16 would run emulated, with loss scaling that
+        # the original's TPU runs never needed.
+        raise PrecisionError(
+            "--mixed_precision=float16 on a TPU: TPUs compute in bfloat16; pass "
+            "--mixed_precision=bfloat16 (or auto)."
+        )
     else:
         reasons = ["--mixed_precision given"]
     if jit_compile is None:

@@ -9,6 +9,7 @@ import pytest
 import synthetic_pretraining as synthetic
 from absl import flags
 
+from albert.errors import AlbertError
 from albert.training import flags as flags_lib
 from albert.training import hardware
 from albert.training.hardware import DeviceDescription, choose
@@ -145,3 +146,10 @@ def test_run_pretraining_without_precision_flags_logs_its_choice(tmp_path):
     line = next(line for line in process.stderr.splitlines() if "Strategy default" in line)
     assert "precision bfloat16, XLA off (auto precision: CPU with bfloat16 matrix units " in line
     assert (tmp_path / "out" / "model.ckpt-1.index").exists()
+
+
+def test_float16_on_a_tpu_is_refused_in_one_sentence():
+    with pytest.raises(hardware.PrecisionError, match=r"^--mixed_precision=float16 on a TPU"):
+        choose(DeviceDescription("tpu"), "float16")
+    assert isinstance(hardware.PrecisionError("x"), AlbertError)
+    assert choose(DeviceDescription("tpu"), "bfloat16").precision == "bfloat16"
