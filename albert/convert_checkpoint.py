@@ -260,7 +260,10 @@ def _head_description(model) -> str:
     architecture = hf.head_architecture(model)
     if architecture == "AlbertForSequenceClassification":
         return f"a {_head_of(model.num_labels)} ({architecture})"
-    return f"an {architecture} head" if architecture else "no fine-tuning head"
+    if architecture:
+        return f"an {architecture} head"
+    # SQuAD 2.0's head is the one no HF class computes.
+    return "no fine-tuning head" if task_head(model)[0] is None else "the SQuAD 2.0 head"
 
 
 def _head_of(outputs: int) -> str:

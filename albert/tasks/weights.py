@@ -66,10 +66,7 @@ def load_finetuning_weights(model, path, require_head=False, labels=()):
     if head_loaded and result.format == "hf" and labels:
         hf.order_classes(model, path, labels)  # HF's id2label may order them otherwise
     if require_head and not head_loaded:
-        # An HF head also needs its class named (config.json's `architectures`).
-        hf_class = (
-            f" of the HF class {hf.head_architecture(model)}" if result.format == "hf" else ""
-        )
+        hf_class = _hf_head_class(model) if result.format == "hf" else ""
         raise FineTuningError(
             f"--init_checkpoint={path} holds no {type(model).__name__} head of this shape"
             f"{hf_class}, so its predictions would be random; fine-tune first (--do_train) or "
@@ -81,6 +78,16 @@ def load_finetuning_weights(model, path, require_head=False, labels=()):
         " and task head" if head_loaded else " (the task head starts from random values)",
     )
     return head_loaded
+
+
+def _hf_head_class(model):
+    """What an HF file needs to hold `model`'s head, for the error that it holds none: its
+    class named (config.json's `architectures`), or, for SQuAD 2.0's head, which no HF class
+    computes (`head_architecture` None), that none can."""
+    architecture = hf.head_architecture(model)
+    if architecture is None:
+        return " (no HF class computes SQuAD 2.0's head)"
+    return f" of the HF class {architecture}"
 
 
 def load_final_weights(model, options, labels=()):

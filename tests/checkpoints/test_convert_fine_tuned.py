@@ -132,6 +132,8 @@ def test_cli_converts_a_fine_tuning_run_to_tf1(tmp_path):
         ),
         ("classifier", "race", "not the multiple-choice head of --task_name=race"),
         ("squad_v1", "mrpc", "not the 2-output classifier head of --task_name=mrpc"),
+        # No HF class computes SQuAD 2.0's head: it was described as "no fine-tuning head".
+        ("squad_v2", "mnli", "holds the SQuAD 2.0 head, not the 3-output classifier head"),
     ],
 )
 def test_a_task_name_that_is_not_the_inputs_is_refused_for_every_format(

@@ -127,3 +127,14 @@ def test_a_head_of_another_shape_is_said_once_naming_both_shapes(absl_caplog):
     fits = [w for w in warnings if "does not fit this AlbertClassifier" in w]
     assert len(fits) == 1 and "(it needs classifier.weight (2, 18)" in fits[0], warnings
     assert not [w for w in warnings if "is not read into" in w], warnings
+
+
+def test_predicting_squad_2_from_an_hf_file_says_no_hf_class_holds_its_head():
+    # SQuAD 2.0's XLNet-style head has no HF class (`head_architecture` is None): the error
+    # said "of the HF class None".
+    directory, _, _ = fixture("question_answering")
+    model = AlbertQuestionAnswering(read_config(directory), version_2_with_negative=True)
+    with pytest.raises(FineTuningError) as raised:
+        load_finetuning_weights(model, directory, require_head=True)
+    assert "None" not in str(raised.value)
+    assert "(no HF class computes SQuAD 2.0's head)" in str(raised.value)
