@@ -35,6 +35,7 @@ from albert.checkpoints.table import (
     MASKED_LM,
     SENTENCE_ORDER,
     SQUAD_V1,
+    SQUAD_V2,
     TASK_HEAD,
     CheckpointError,
     LoadResult,
@@ -323,13 +324,15 @@ def load(model, directory: str) -> LoadResult:
             task_heads = [name for name in ignored_heads if name in _TASK_HEADS]
             # A head of this model's class but of another shape was warned about above.
             if task_heads and hf_heads.head_architecture(model) not in architectures:
+                squad_v2 = task_head(model)[0] == SQUAD_V2
                 logging.warning(
-                    "%s: HF's task head (%s) is not read into an %s (the file is an %s); "
+                    "%s: HF's task head (%s) is not read into an %s (the file is an %s%s); "
                     "the encoder is.",
                     weights_path,
                     ", ".join(task_heads),
                     type(model).__name__,
                     " or ".join(architectures) or "HF model of no named class",
+                    "; no HF class computes SQuAD 2.0's head" if squad_v2 else "",
                 )
             assign(assignments, read)
     except SafetensorError as e:

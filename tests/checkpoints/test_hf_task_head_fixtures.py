@@ -129,11 +129,16 @@ def test_a_head_of_another_shape_is_said_once_naming_both_shapes(absl_caplog):
     assert not [w for w in warnings if "is not read into" in w], warnings
 
 
-def test_predicting_squad_2_from_an_hf_file_says_no_hf_class_holds_its_head():
+def test_predicting_squad_2_from_an_hf_file_says_no_hf_class_holds_its_head(absl_caplog):
     # SQuAD 2.0's XLNet-style head has no HF class (`head_architecture` is None): the error
-    # said "of the HF class None".
+    # said "of the HF class None", and the load's warning only that the file is another class.
     directory, _, _ = fixture("question_answering")
     model = AlbertQuestionAnswering(read_config(directory), version_2_with_negative=True)
+    load_checkpoint(model, directory)
+    warning = next(r.getMessage() for r in absl_caplog.records if "not read into" in r.getMessage())
+    assert "(the file is an AlbertForQuestionAnswering; no HF class computes SQuAD 2.0's head)" in (
+        warning
+    )
     with pytest.raises(FineTuningError) as raised:
         load_finetuning_weights(model, directory, require_head=True)
     assert "None" not in str(raised.value)
