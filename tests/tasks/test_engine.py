@@ -144,6 +144,21 @@ def test_final_weights_prefer_the_best_checkpoint(tmp_path):
     _assert_equal(model.weights, _values(_classifier(seed=7).weights))
 
 
+def test_final_weights_without_a_step_say_so(tmp_path, absl_caplog):
+    # Keras weights (and HF directories) hold no global step: eval_results.txt reports 0,
+    # and the console says there is none rather than "global step None".
+    weights = save_checkpoint(_classifier(seed=8), str(tmp_path / "keras"), "keras")
+    options = loop.RunOptions(
+        output_dir=str(tmp_path / "out"),
+        num_train_steps=1,
+        train_batch_size=1,
+        init_checkpoint=weights,
+    )
+    assert engine.load_final_weights(_classifier(), options) == (weights, None)
+    assert f"Final weights: {weights} (no global step)." in absl_caplog.text
+    assert "None" not in absl_caplog.text
+
+
 # The engine under MirroredStrategy over 2 logical CPUs (set before TensorFlow starts).
 _MIRRORED_SCRIPT = """
 import json, sys
