@@ -13,7 +13,7 @@ import pytest
 import synthetic_glue as synthetic
 import tensorflow as tf
 
-from albert.checkpoints import CheckpointError, save_checkpoint, training_format
+from albert.checkpoints import CheckpointError, load_any, save_checkpoint, training_format
 from albert.config import AlbertConfig
 from albert.modeling import AlbertBackbone, AlbertClassifier, AlbertPretrainer
 from albert.tasks import engine
@@ -157,6 +157,15 @@ def test_final_weights_without_a_step_say_so(tmp_path, absl_caplog):
     assert engine.load_final_weights(_classifier(), options) == (weights, None)
     assert f"Final weights: {weights} (no global step)." in absl_caplog.text
     assert "None" not in absl_caplog.text
+
+
+def test_a_run_directory_logs_the_checkpoint_it_reads(tmp_path, absl_caplog):
+    # run_pretraining --init_checkpoint=<run dir> reads its newest checkpoint, the fine-tuning
+    # scripts its model.ckpt-best: the log names the file, not only the directory.
+    write_training_checkpoint(_classifier(seed=9), tmp_path, 10)
+    newest = write_training_checkpoint(_classifier(seed=10), tmp_path, 20)
+    load_any(_classifier(), str(tmp_path))
+    assert f"from the training checkpoint {newest}." in absl_caplog.text
 
 
 # The engine under MirroredStrategy over 2 logical CPUs (set before TensorFlow starts).
