@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -166,6 +167,17 @@ def test_a_run_directory_logs_the_checkpoint_it_reads(tmp_path, absl_caplog):
     newest = write_training_checkpoint(_classifier(seed=10), tmp_path, 20)
     load_any(_classifier(), str(tmp_path))
     assert f"from the training checkpoint {newest}." in absl_caplog.text
+
+
+def test_the_exported_weights_are_named_by_their_step(absl_caplog):
+    # A fine-tuning run exports its last step's weights, then evaluates and predicts with
+    # model.ckpt-best ("Final weights: ... (global step 2)"): the export line must not
+    # read as a second, different set of final weights.
+    task = types.SimpleNamespace(export=lambda model, output_dir: f"{output_dir}/model.weights.h5")
+    options = types.SimpleNamespace(output_dir="out")
+    loop._export(types.SimpleNamespace(task=task, model=None, options=options, step=6))
+    assert "Weights of the last step (6) written to out/model.weights.h5." in absl_caplog.text
+    assert "Final weights" not in absl_caplog.text
 
 
 # The engine under MirroredStrategy over 2 logical CPUs (set before TensorFlow starts).
