@@ -158,6 +158,9 @@ def load_any(model, path: str, optional_weights=()) -> LoadResult:
 
 def _logged(result: LoadResult, format_name: str, path: str) -> LoadResult:
     """Logs what `result` loaded, left initialised and ignored; returns it."""
+    # The checkpoint read: a run directory names its newest model.ckpt-N, which the log must
+    # show (a directory means its best checkpoint elsewhere, e.g. as a fine-tuning source).
+    path = result.path or path
     logging.info(
         "Loaded %d variables from the %s checkpoint %s.", len(result.loaded), format_name, path
     )

@@ -116,7 +116,10 @@ def load_final_weights(model, options, labels=()):
             "with; train first (--do_train) or pass --init_checkpoint of a fine-tuned model."
         )
     step = training_format.global_step(path)
-    logging.info("Final weights: %s (global step %s).", path, step)
+    # Weights without a step (HF directories, Keras files) are reported as global step 0 in
+    # eval_results.txt; "global step None" on the console read as a failed load.
+    stepped = "no global step" if step is None else f"global step {step}"
+    logging.info("Final weights: %s (%s).", path, stepped)
     return path, step
 
 

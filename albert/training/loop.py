@@ -417,4 +417,6 @@ def keep_best(task, model, output_dir, metrics, checkpoint_path):
 def _export(state):
     """Writes the final weights (for `python -m albert.convert_checkpoint`)."""
     path = state.task.export(state.model, state.options.output_dir)
-    logging.info("Final weights written to %s.", path)
+    # Named by step: a fine-tuning run then evaluates and predicts with model.ckpt-best,
+    # often another step, which its own "Final weights:" line names.
+    logging.info("Weights of the last step (%d) written to %s.", state.step, path)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 import synthetic_glue as synthetic
 import tensorflow as tf
 
-from albert.checkpoints import CheckpointError, save_checkpoint, training_format
+from albert.checkpoints import CheckpointError, load_any, save_checkpoint, training_format
 from albert.config import AlbertConfig
 from albert.modeling import AlbertBackbone, AlbertClassifier, AlbertPretrainer
 from albert.tasks import engine
@@ -142,6 +143,41 @@ def test_final_weights_prefer_the_best_checkpoint(tmp_path):
     model = _classifier()
     assert engine.load_final_weights(model, options) == (best, 10)
     _assert_equal(model.weights, _values(_classifier(seed=7).weights))
+
+
+def test_final_weights_without_a_step_say_so(tmp_path, absl_caplog):
+    # Keras weights (and HF directories) hold no global step: eval_results.txt reports 0,
+    # and the console says there is none rather than "global step None".
+    weights = save_checkpoint(_classifier(seed=8), str(tmp_path / "keras"), "keras")
+    options = loop.RunOptions(
+        output_dir=str(tmp_path / "out"),
+        num_train_steps=1,
+        train_batch_size=1,
+        init_checkpoint=weights,
+    )
+    assert engine.load_final_weights(_classifier(), options) == (weights, None)
+    assert f"Final weights: {weights} (no global step)." in absl_caplog.text
+    assert "None" not in absl_caplog.text
+
+
+def test_a_run_directory_logs_the_checkpoint_it_reads(tmp_path, absl_caplog):
+    # run_pretraining --init_checkpoint=<run dir> reads its newest checkpoint, the fine-tuning
+    # scripts its model.ckpt-best: the log names the file, not only the directory.
+    write_training_checkpoint(_classifier(seed=9), tmp_path, 10)
+    newest = write_training_checkpoint(_classifier(seed=10), tmp_path, 20)
+    load_any(_classifier(), str(tmp_path))
+    assert f"from the training checkpoint {newest}." in absl_caplog.text
+
+
+def test_the_exported_weights_are_named_by_their_step(absl_caplog):
+    # A fine-tuning run exports its last step's weights, then evaluates and predicts with
+    # model.ckpt-best ("Final weights: ... (global step 2)"): the export line must not
+    # read as a second, different set of final weights.
+    task = types.SimpleNamespace(export=lambda model, output_dir: f"{output_dir}/model.weights.h5")
+    options = types.SimpleNamespace(output_dir="out")
+    loop._export(types.SimpleNamespace(task=task, model=None, options=options, step=6))
+    assert "Weights of the last step (6) written to out/model.weights.h5." in absl_caplog.text
+    assert "Final weights" not in absl_caplog.text
 
 
 # The engine under MirroredStrategy over 2 logical CPUs (set before TensorFlow starts).
