@@ -18,6 +18,7 @@ Usage:
 from __future__ import annotations
 
 import glob
+import io
 import os
 import sys
 import uuid
@@ -126,10 +127,14 @@ def train_vocab(
     # never leaves a cut-short model under the final name or replaces an earlier one.
     temporary = os.path.join(directory, f".{os.path.basename(model_prefix)}.tmp-{uuid.uuid4().hex}")
     spm.set_random_generator_seed(seed)
+    model = io.BytesIO()
     try:
+        # Through `model_writer`, not `model_prefix`: the model would store that (temporary)
+        # path, so one corpus would not give one file byte for byte, and the feature caches
+        # keyed on the model's bytes would miss after an identical retrain.
         spm.SentencePieceTrainer.train(
             sentence_iterator=iterate_sentences(files, do_lower_case, normalize),
-            model_prefix=temporary,
+            model_writer=model,
             vocab_size=vocab_size,
             model_type="unigram",
             pad_id=0,
@@ -144,6 +149,7 @@ def train_vocab(
             num_threads=num_threads,
             minloglevel=2,
         )
+        _write_model(temporary, model.getvalue())
         _check_written(temporary, vocab_size)
         os.replace(temporary + ".vocab", model_prefix + ".vocab")
         os.replace(temporary + ".model", model_prefix + ".model")  # Last: marks it complete.
@@ -157,6 +163,31 @@ def train_vocab(
             if os.path.exists(temporary + extension):
                 os.remove(temporary + extension)
     return model_prefix + ".model"
+
+
+def _write_model(prefix, model):
+    """PREFIX.model holding the serialized `model`, and PREFIX.vocab as SentencePiece writes
+    it: one `piece<TAB>score` line per id (scores as C++ streams a float: 6 significant
+    digits).
+
+    Raises:
+        VocabError: the files cannot be written (a full disk: no space left on device).
+    """
+    processor = spm.SentencePieceProcessor(model_proto=model)
+    lines = (
+        f"{processor.id_to_piece(i)}\t{processor.get_score(i):.6g}\n"
+        for i in range(processor.get_piece_size())
+    )
+    try:
+        with open(prefix + ".vocab", "w", encoding="utf-8") as f:
+            f.writelines(lines)
+        with open(prefix + ".model", "wb") as f:
+            f.write(model)
+    except OSError as e:
+        raise VocabError(
+            f"Cannot write the vocabulary to {os.path.dirname(prefix) or '.'} "
+            f"({(e.strerror or str(e)).lower()}); nothing was replaced."
+        ) from None
 
 
 def _check_written(prefix, vocab_size):

@@ -9,6 +9,7 @@ import sys
 import pytest
 import sentencepiece as spm
 
+from albert.data import vocab as vocab_lib
 from albert.data.vocab import (
     USER_DEFINED_SYMBOLS,
     VocabError,
@@ -199,24 +200,24 @@ def test_full_disk_keeps_the_earlier_model(tmp_path, monkeypatch):
         try:  # A real full disk: room for the earlier model, not for a second one.
             for extension, data in earlier_bytes.items():
                 (disk / ("m" + extension)).write_bytes(data)
-            with pytest.raises(VocabError, match=r"incomplete \(is the disk full\?\)"):
+            with pytest.raises(VocabError, match=r"\(no space left on device\); nothing was"):
                 train_vocab(text, str(disk / "m"), vocab_size=120, num_threads=1)
             assert {e: (disk / ("m" + e)).read_bytes() for e in earlier_bytes} == earlier_bytes
             assert sorted(os.listdir(disk)) == ["m.model", "m.vocab"]
         finally:
             subprocess.run(["umount", str(disk)], check=True)
         return
-    # Not root: SentencePiece "succeeds" but its model file is cut short, as on a full disk.
-    real_train = spm.SentencePieceTrainer.train
 
-    def train_then_truncate(**kwargs):
-        real_train(**kwargs)
-        with open(kwargs["model_prefix"] + ".model", "r+b") as f:
-            f.truncate(100)
+    # Not root: the model's write fails as on a full disk.
+    def full_disk_open(path, mode="r", **kwargs):
+        if path.endswith(".model") and "w" in mode:
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return open(path, mode, **kwargs)
 
-    monkeypatch.setattr(spm.SentencePieceTrainer, "train", train_then_truncate)
-    with pytest.raises(VocabError, match="incomplete"):
+    monkeypatch.setattr(vocab_lib, "open", full_disk_open, raising=False)
+    with pytest.raises(VocabError, match=r"\(no space left on device\); nothing was"):
         train_vocab(text, earlier[: -len(".model")], vocab_size=120, num_threads=1)
+    assert not [n for n in os.listdir(os.path.dirname(earlier)) if ".tmp-" in n]
     assert {e: open(earlier[:-6] + e, "rb").read() for e in earlier_bytes} == earlier_bytes
 
 
@@ -241,3 +242,38 @@ def test_folders_a_glob_matches_are_left_out(tmp_path):
     assert expand_input_files(f"{tmp_path}/text/*") == [f"{tmp_path}/text/a.txt"]
     with pytest.raises(VocabError, match="matches no file"):
         expand_input_files(f"{tmp_path}/text/s*")
+
+
+def test_one_corpus_gives_one_model_file_byte_for_byte(tmp_path):
+    # The model stored its (random, temporary) model_prefix, so retraining on the same corpus
+    # gave another .model file, and feature caches keyed on its bytes missed.
+    text = write_corpus(tmp_path)
+    first = train_vocab(text, str(tmp_path / "a" / "m"), vocab_size=120, num_threads=1)
+    second = train_vocab(text, str(tmp_path / "b" / "spm"), vocab_size=120, num_threads=1)
+    for extension in (".model", ".vocab"):
+        with open(first[:-6] + extension, "rb") as a, open(second[:-6] + extension, "rb") as b:
+            assert a.read() == b.read(), extension
+    # The .vocab is SentencePiece's own, and the model the one it writes under a prefix.
+    vocab_lib.spm.set_random_generator_seed(12345)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=vocab_lib.iterate_sentences(vocab_lib.expand_input_files(text)),
+        model_prefix=str(tmp_path / "own"),
+        vocab_size=120,
+        model_type="unigram",
+        pad_id=0,
+        unk_id=1,
+        bos_id=-1,
+        eos_id=-1,
+        control_symbols=list(vocab_lib.CONTROL_SYMBOLS),
+        user_defined_symbols=list(vocab_lib.USER_DEFINED_SYMBOLS),
+        character_coverage=vocab_lib.CHARACTER_COVERAGE,
+        input_sentence_size=10_000_000,
+        shuffle_input_sentence=True,
+        num_threads=1,
+        minloglevel=2,
+    )
+    assert (tmp_path / "own.vocab").read_bytes() == open(first[:-6] + ".vocab", "rb").read()
+    own = spm.SentencePieceProcessor(model_file=str(tmp_path / "own.model"))
+    ours = spm.SentencePieceProcessor(model_file=first)
+    pieces = [(p.id_to_piece(i), p.get_score(i)) for p in (own, ours) for i in range(120)]
+    assert pieces[:120] == pieces[120:]
