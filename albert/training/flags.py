@@ -409,12 +409,13 @@ def steps_per_host_call(flag_values):
     )
     if name == "tpu":
         return steps
-    logging.info(
-        "Host calls of at most %d steps (a log line and summaries each), as the original's "
-        "Estimator logs off TPU; --iterations_per_loop=%d applies on TPU or when given.",
-        OFF_TPU_STEPS_PER_CALL,
-        steps,
-    )
+    if flag_values.do_train:  # training's cadence: nothing to say to an eval or predict run
+        logging.info(
+            "Host calls of at most %d steps (a log line and summaries each), as the original's "
+            "Estimator logs off TPU; --iterations_per_loop=%d applies on TPU or when given.",
+            OFF_TPU_STEPS_PER_CALL,
+            steps,
+        )
     return OFF_TPU_STEPS_PER_CALL
 
 

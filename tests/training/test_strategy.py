@@ -228,14 +228,14 @@ def test_the_client_of_a_tpu_pod_is_the_one_chief(tmp_path):
     assert strategy_lib.worker_barrier(strategy) is None
 
 
-def _options(*args):
+def _options(*args, job="--do_train"):
     from absl import flags
 
     from albert.training import flags as flags_lib
 
     flag_values = flags.FlagValues()
     flags_lib.define_pretraining_flags(flag_values)
-    flag_values(["run_pretraining.py", "--do_train", "--output_dir=out", *args])
+    flag_values(["run_pretraining.py", job, "--output_dir=out", *args])
     return flags_lib.run_options_from_flags(flag_values)
 
 
@@ -249,3 +249,6 @@ def test_off_tpu_the_default_host_call_is_the_original_estimators_100_steps(absl
     assert _options("--iterations_per_loop=1000").iterations_per_loop == 1000
     assert _options("--iterations_per_loop=500").iterations_per_loop == 500
     assert _options("--use_tpu", "--tpu_name=pod").iterations_per_loop == 1000
+    absl_caplog.clear()  # an eval-only run has no training cadence to announce
+    assert _options("--strategy=default", job="--do_eval").iterations_per_loop == 100
+    assert "Host calls" not in absl_caplog.text
