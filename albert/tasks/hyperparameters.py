@@ -89,23 +89,28 @@ def fill_from_table(flag_values, task_key):
             value = getattr(row, field.name)
             setattr(flag_values, field.name, value)
             taken[field.name] = value
-    if taken:
+    training = getattr(flag_values, "do_train", True)
+    # Without training only the sequence length is used: the rest would be noise in the log.
+    shown = {n: v for n, v in taken.items() if training or n == "max_seq_length"}
+    if shown:
         logging.info(
             "From the paper's hyperparameters for %s: %s (pass a flag to override).",
             task_key,
             ", ".join(
-                f"--{_ORIGINAL_NAMES.get(name, name)}={value}" for name, value in taken.items()
+                f"--{_ORIGINAL_NAMES.get(name, name)}={value}" for name, value in shown.items()
             ),
         )
     steps, warmup = flag_values.num_train_steps, flag_values.num_warmup_steps
-    if "num_warmup_steps" in taken and "num_train_steps" not in taken and warmup >= steps:
+    table_warmup = "num_warmup_steps" in taken and "num_train_steps" not in taken
+    if training and table_warmup and warmup >= steps:
         logging.warning(
             "--warmup_step=%d from the paper's table is not below --train_step=%d: the "
-            "learning rate never reaches --learning_rate; pass --warmup_step (the table's "
-            "proportion of --train_step is %d).",
+            "learning rate never reaches --learning_rate; pass --warmup_step (at the table's "
+            "proportion, --warmup_step=%d for --train_step=%d).",
             warmup,
             steps,
             steps * row.num_warmup_steps // row.num_train_steps,
+            steps,
         )
     return taken
 

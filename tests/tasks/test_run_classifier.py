@@ -50,16 +50,26 @@ def test_unset_flags_come_from_the_paper_table():
 
 def test_a_table_warmup_beyond_the_given_steps_is_warned(caplog):
     # CoLA's row warms up for 320 steps; with --train_step=7 the rate would never peak.
-    flag_values = _parsed("--task_name=cola", "--train_step=7")
+    flag_values = _parsed("--task_name=cola", "--train_step=7", "--do_train")
     hyperparameters.fill_from_table(flag_values, "cola")
     assert "--warmup_step=320 from the paper's table is not below --train_step=7" in caplog.text
-    assert "proportion of --train_step is 0" in caplog.text  # 7 * 320 // 5336
+    assert "proportion, --warmup_step=0 for --train_step=7)" in caplog.text  # 7 * 320 // 5336
     caplog.clear()
     flag_values = _parsed("--task_name=cola", "--train_step=7", "--warmup_step=2")
     hyperparameters.fill_from_table(flag_values, "cola")
     flag_values = _parsed("--task_name=cola")  # the table's own steps and warmup
     hyperparameters.fill_from_table(flag_values, "cola")
     assert "never reaches" not in caplog.text
+
+
+def test_an_eval_only_run_logs_only_the_sequence_length_it_takes(absl_caplog):
+    # The training rows (--train_step=5336, ...) and the warmup warning are noise without
+    # training; the values are still set, as before.
+    flag_values = _parsed("--task_name=cola", "--train_step=7", "--do_eval")
+    taken = hyperparameters.fill_from_table(flag_values, "cola")
+    assert "train_batch_size" in taken and flag_values.train_batch_size == 16
+    assert "for cola: --max_seq_length=512 (pass" in absl_caplog.text
+    assert "warmup" not in absl_caplog.text and "never reaches" not in absl_caplog.text
 
 
 @pytest.fixture(scope="module")
