@@ -111,6 +111,14 @@ def define_run_flags(train_batch_size, eval_batch_size, max_seq_length, flag_val
         train_batch_size,
         "Global training batch (split evenly across replicas).",
     )
+    define(
+        flags.DEFINE_integer,
+        "gradient_accumulation_steps",
+        1,
+        "Split each replica's training batch into this many micro-batches run one after the "
+        "other, gradients summed: the same update as the whole --train_batch_size, in less "
+        "memory (it must divide each replica's batch).",
+    )
     define(flags.DEFINE_integer, "eval_batch_size", eval_batch_size, "Global eval batch.")
     define(
         flags.DEFINE_integer, "max_seq_length", max_seq_length, "Sequence length of the records."
@@ -235,6 +243,7 @@ NUMERIC_RANGES = {
     "positive": (
         "num_train_steps",
         "train_batch_size",
+        "gradient_accumulation_steps",
         "eval_batch_size",
         "predict_batch_size",
         "max_seq_length",
@@ -438,6 +447,7 @@ def run_options_from_flags(flag_values, **overrides):
         init_checkpoint=flag_values.init_checkpoint,
         seed=flag_values.random_seed,
         jit_compile=hardware_choice_from_flags(flag_values).jit_compile,
+        gradient_accumulation_steps=flag_values.gradient_accumulation_steps,
         # Left at their defaults, these fit the replica count (albert.training.loop).
         defaulted_batch_flags=tuple(
             name

@@ -29,7 +29,12 @@ from albert.checkpoints.training_format import BEST_PREFIX
 from albert.metrics import write_eval_results
 from albert.training import checkpointing
 from albert.training import strategy as strategy_lib
-from albert.training.inputs import DistributedInput, fit_batch_size, per_replica_batch_size
+from albert.training.inputs import (
+    DistributedInput,
+    InputError,
+    fit_batch_size,
+    per_replica_batch_size,
+)
 from albert.training.run_lock import output_dir_lock
 from albert.training.steps import Trainer
 from albert.training.summaries import ProgressLogger, ScalarWriter, eager_scalar
@@ -53,6 +58,9 @@ class RunOptions:
     seed: int = 12345  # initial weights and data order
     clip_norm: float | None = 1.0
     jit_compile: bool = False
+    # Micro-batches per replica batch (`--gradient_accumulation_steps`): the same global
+    # batch and update, with activations for a k-th of it at a time.
+    gradient_accumulation_steps: int = 1
     # Feed from a saveable iterator (exact resume); None: every strategy but TPU.
     checkpoint_input: bool | None = None
     # Batch-size flags left at their defaults: rounded up to a multiple of the replicas
@@ -141,7 +149,14 @@ def batch_sizes(options, num_replicas):
     """
     sizes = {}
     if options.do_train:
-        per_replica_batch_size(options.train_batch_size, num_replicas)
+        replica_batch = per_replica_batch_size(options.train_batch_size, num_replicas)
+        micro_batches = options.gradient_accumulation_steps
+        if micro_batches < 1 or replica_batch % micro_batches:
+            raise InputError(
+                f"--gradient_accumulation_steps={micro_batches} must be a positive divisor of "
+                f"each replica's batch (--train_batch_size={options.train_batch_size} over "
+                f"{num_replicas} replica(s): {replica_batch})."
+            )
         sizes["train_batch_size"] = options.train_batch_size
     if options.do_eval:
         derive = "eval_batch_size" in options.defaulted_batch_flags
@@ -210,6 +225,16 @@ def _build(task, strategy, options, optimizer_fn):
         worker_index=worker_index,
         wait_for_workers=strategy_lib.worker_barrier(strategy),
     )
+    micro_batches = options.gradient_accumulation_steps
+    if options.do_train and micro_batches > 1:
+        replica_batch = options.train_batch_size // strategy.num_replicas_in_sync
+        logging.info(
+            "Each replica's batch of %d runs as %d micro-batches of %d "
+            "(--gradient_accumulation_steps), their gradients summed into one update.",
+            replica_batch,
+            micro_batches,
+            replica_batch // micro_batches,
+        )
     trainer = Trainer(
         strategy,
         task,
@@ -218,6 +243,7 @@ def _build(task, strategy, options, optimizer_fn):
         global_step,
         clip_norm=options.clip_norm,
         jit_compile=options.jit_compile,
+        accumulation_steps=options.gradient_accumulation_steps,
     )
     eval_writer = ScalarWriter(
         os.path.join(options.output_dir, "eval"), enabled=chief and options.do_eval

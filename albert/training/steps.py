@@ -11,7 +11,10 @@ Python host only wakes up every `--iterations_per_loop` steps. A training step:
     optimizer.apply(grads); global_step += 1
 
 Summing gradients in the step (not in the optimizer) is what makes clipping see the same
-global norm as one device with the whole batch. With `--jit_compile`, XLA compiles the forward
+global norm as one device with the whole batch. With `accumulation_steps` k > 1, each replica's
+batch is split into k micro-batches run one after the other, their gradients summed before the
+all-reduce: the loss divides by the whole global batch's normalizers, so the sum is the
+gradient of the same global-batch loss, with activations for a k-th of the batch at a time. With `--jit_compile`, XLA compiles the forward
 and backward pass; under the default strategy (one device, nothing to all-reduce) it compiles
 the whole step, update included, as one program.
 """
@@ -81,6 +84,8 @@ class Trainer:
         global_step: int64 variable, incremented once per step.
         clip_norm: global-norm clipping threshold (1.0 as the original); None disables it.
         jit_compile: compile the forward and backward pass with XLA.
+        accumulation_steps: micro-batches per replica batch (`--gradient_accumulation_steps`);
+            it must divide the replica batch.
 
     Example:
         >>> trainer = Trainer(strategy, task, model, optimizer, global_step)
@@ -88,9 +93,18 @@ class Trainer:
     """
 
     def __init__(
-        self, strategy, task, model, optimizer, global_step, clip_norm=1.0, jit_compile=False
+        self,
+        strategy,
+        task,
+        model,
+        optimizer,
+        global_step,
+        clip_norm=1.0,
+        jit_compile=False,
+        accumulation_steps=1,
     ):
         self.strategy = strategy
+        self.accumulation_steps = accumulation_steps
         self.task = task
         self.model = model
         self.optimizer = optimizer
@@ -100,7 +114,7 @@ class Trainer:
         names = tuple(task.metric_names) + _LOOP_METRICS
         self.train_metrics = MetricSums(strategy, names)
         self.eval_metrics = MetricSums(strategy, tuple(task.metric_names) + ("examples", "loss"))
-        self._forward_backward = tf.function(self._forward_backward_fn, jit_compile=jit_compile)
+        self._forward_backward = tf.function(self._gradients, jit_compile=jit_compile)
         self._single_replica_step = tf.function(
             self._single_replica_step_fn, jit_compile=jit_compile
         )
@@ -131,6 +145,35 @@ class Trainer:
         grads = [tf.convert_to_tensor(g) for g in grads]
         return grads, loss, sums
 
+    def _gradients(self, features, normalizers, replica_id):
+        """`_forward_backward_fn` over the whole replica batch, or summed over its
+        `accumulation_steps` micro-batches (each draws its own dropout masks: the seed state
+        advances with every draw)."""
+        k = self.accumulation_steps
+        if k == 1:
+            return self._forward_backward_fn(features, normalizers, replica_id)
+        # [B, ...] -> [k, B / k, ...]: micro-batch i is rows i * B / k ... (i + 1) * B / k - 1.
+        micro = tf.nest.map_structure(
+            lambda t: tf.reshape(t, tf.concat([[k, -1], tf.shape(t)[1:]], 0)), features
+        )
+
+        def part(i):
+            return tf.nest.map_structure(lambda t: t[i], micro)
+
+        grads, loss, sums = self._forward_backward_fn(part(0), normalizers, replica_id)
+        for i in tf.range(1, k):
+            # One micro-batch at a time: TF's executor would otherwise overlap up to 10
+            # iterations (their passes do not depend on each other), holding their activations
+            # at once, which is what accumulating is meant to avoid (XLA runs them in order).
+            tf.autograph.experimental.set_loop_options(parallel_iterations=1)
+            more_grads, more_loss, more_sums = self._forward_backward_fn(
+                part(i), normalizers, replica_id
+            )
+            grads = [g + h for g, h in zip(grads, more_grads, strict=True)]
+            loss += more_loss
+            sums = {name: value + more_sums[name] for name, value in sums.items()}
+        return grads, loss, sums
+
     def _apply_gradients(self, grads):
         """Clips the summed gradients, updates the variables and counts the step.
 
@@ -148,7 +191,7 @@ class Trainer:
         return grad_norm / scale
 
     def _single_replica_step_fn(self, features, normalizers, replica_id):
-        grads, loss, sums = self._forward_backward_fn(features, normalizers, replica_id)
+        grads, loss, sums = self._gradients(features, normalizers, replica_id)
         return loss, sums, self._apply_gradients(grads)
 
     def _train_step(self, features):

@@ -1,5 +1,5 @@
-"""MirroredStrategy over 2 logical CPUs (and over one) == one device with the same global batch
-and data.
+"""MirroredStrategy over 2 logical CPUs (and over one, and with gradient accumulation) == one
+device with the same global batch and data.
 
 The comparison runs in a subprocess: logical devices must be configured before TensorFlow
 initialises, which pytest's other modules would already have done.
@@ -42,13 +42,15 @@ def _run_all(tmp_path):
     results = {}
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     runs = {
-        "default": (tf.distribute.get_strategy(), True),
-        "mirrored_saveable_input": (mirrored, True),
-        "mirrored_distributed_input": (mirrored, False),
+        "default": (tf.distribute.get_strategy(), True, 1),
+        "mirrored_saveable_input": (mirrored, True, 1),
+        "mirrored_distributed_input": (mirrored, False, 1),
         # --strategy=mirrored on a machine with one device: one replica, still a strategy.
-        "mirrored_one_device": (tf.distribute.MirroredStrategy(["/cpu:0"]), True),
+        "mirrored_one_device": (tf.distribute.MirroredStrategy(["/cpu:0"]), True, 1),
+        # --gradient_accumulation_steps=3: each replica's 3 rows as 3 micro-batches of 1.
+        "mirrored_accumulated": (mirrored, True, 3),
     }
-    for name, (strategy, checkpoint_input) in runs.items():
+    for name, (strategy, checkpoint_input, micro_batches) in runs.items():
         task = PretrainingTask(
             config, data, 6, 6, synthetic.MAX_SEQ_LENGTH, synthetic.MAX_PREDICTIONS
         )
@@ -65,6 +67,7 @@ def _run_all(tmp_path):
             iterations_per_loop=2,
             checkpoint_input=checkpoint_input,
             seed=7,
+            gradient_accumulation_steps=micro_batches,
         )
 
         def optimizer_fn(global_step):
@@ -106,7 +109,12 @@ def test_mirrored_matches_one_device(tmp_path):
     process = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert process.returncode == 0, process.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
-    for name in ("mirrored_saveable_input", "mirrored_distributed_input", "mirrored_one_device"):
+    for name in (
+        "mirrored_saveable_input",
+        "mirrored_distributed_input",
+        "mirrored_one_device",
+        "mirrored_accumulated",
+    ):
         _assert_same_run(results["default"], results[name])
     # The runs really trained (two frozen models would also "match").
     assert results["query_kernel_change"] > 1e-3

@@ -201,6 +201,24 @@ def test_rerun_of_a_finished_run_trains_no_more(records, trained):
     assert metrics["masked_lm_loss"] > 0
 
 
+def test_gradient_accumulation_flag_reaches_the_run(records, tmp_path):
+    # Dropout is 0 in the tiny config: 4 micro-batches of 2 train as the batch of 8 does.
+    whole = _run(records, tmp_path / "whole", "--do_train", "--do_eval", "--num_train_steps=2")
+    split = _run(
+        records,
+        tmp_path / "split",
+        "--do_train",
+        "--do_eval",
+        "--num_train_steps=2",
+        "--gradient_accumulation_steps=4",
+    )
+    assert abs(whole["masked_lm_loss"] - split["masked_lm_loss"]) < 1e-5
+    with pytest.raises(flags_lib.FlagError, match="^--gradient_accumulation_steps must be pos"):
+        _run(records, tmp_path / "zero", "--do_train", "--gradient_accumulation_steps=0")
+    with pytest.raises(ValueError, match="^--gradient_accumulation_steps=3 must be a positive"):
+        _run(records, tmp_path / "three", "--do_train", "--gradient_accumulation_steps=3")
+
+
 def test_flag_errors_name_the_flag(records, tmp_path):
     with pytest.raises(flags_lib.FlagError, match="do_train"):
         _run(records, tmp_path / "a")
