@@ -56,6 +56,7 @@ def _train(tmp_path, name, micro_batches, jit_compile=False):
     return {n: reader.get_tensor(n) for n in names}
 
 
+@pytest.mark.slow  # 6 tiny training runs (~45 s)
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_micro_batches_give_the_whole_batch_update(tmp_path, jit_compile):
     whole = _train(tmp_path, "whole", 1, jit_compile)

@@ -201,6 +201,7 @@ def test_rerun_of_a_finished_run_trains_no_more(records, trained):
     assert metrics["masked_lm_loss"] > 0
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_flag_reaches_the_run(records, tmp_path):
     # Dropout is 0 in the tiny config: 4 micro-batches of 2 train as the batch of 8 does.
     whole = _run(records, tmp_path / "whole", "--do_train", "--do_eval", "--num_train_steps=2")
