@@ -381,6 +381,10 @@ def run_with_flags(task, strategy, options, flag_values):
     if flag_values.export_dir:  # Before the features are read and cached, too.
         check_export_target(task, flag_values.export_dir, options.output_dir)
     use_output_dir(task, options.output_dir)
+    # Before the features are read too: a batch the replicas (or the micro-batches of
+    # --gradient_accumulation_steps) cannot split fails at once, not after minutes of
+    # tokenizing MNLI or SQuAD. `run` checks again; fitted sizes pass unchanged.
+    options = fit_batch_sizes(task, strategy.num_replicas_in_sync, options, flag_values.do_predict)
     task.read_features(flag_values.do_train, flag_values.do_eval, flag_values.do_predict)
     # A cache damaged in the middle passes its size check and fails mid-run, naming no file.
     with record_damage.naming_damaged_file(

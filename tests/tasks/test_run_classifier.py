@@ -220,6 +220,23 @@ def test_user_errors_name_the_flag(sst2_data, tmp_path, changes, error, message)
         synthetic.run_classifier(*args)
 
 
+def test_a_batch_that_cannot_split_fails_before_the_features_are_read(
+    sst2_data, tmp_path, monkeypatch
+):
+    # Tokenizing MNLI or SQuAD takes minutes: a batch the micro-batches (or replicas) cannot
+    # split must fail before it, not after, leaving no feature cache behind.
+    def no_reading(*args):
+        raise AssertionError("the features were read before the batch sizes were checked")
+
+    monkeypatch.setattr(classification.GlueTask, "read_features", no_reading)
+    data_dir, config = sst2_data
+    run_flags = synthetic.tiny_run_flags(data_dir, tmp_path / "out", config, "sst-2")
+    with pytest.raises(ValueError, match="^--gradient_accumulation_steps=3 must be a positive"):
+        # 16 rows a step: 3 micro-batches cannot split them.
+        synthetic.run_classifier(*run_flags, "--do_train", "--gradient_accumulation_steps=3")
+    assert not (tmp_path / "out" / engine.FEATURES_DIR).exists()
+
+
 @pytest.mark.slow
 def test_bad_flags_print_one_line_without_traceback(tmp_path):
     command = [
