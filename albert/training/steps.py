@@ -14,9 +14,10 @@ Summing gradients in the step (not in the optimizer) is what makes clipping see 
 global norm as one device with the whole batch. With `accumulation_steps` k > 1, each replica's
 batch is split into k micro-batches run one after the other, their gradients summed before the
 all-reduce: the loss divides by the whole global batch's normalizers, so the sum is the
-gradient of the same global-batch loss, with activations for a k-th of the batch at a time. With `--jit_compile`, XLA compiles the forward
-and backward pass; under the default strategy (one device, nothing to all-reduce) it compiles
-the whole step, update included, as one program.
+gradient of the same global-batch loss, with activations for a k-th of the batch at a time.
+With `--jit_compile`, XLA compiles the forward and backward pass; under the default strategy
+(one device, nothing to all-reduce) it compiles the whole step, update included, as one
+program.
 """
 
 from __future__ import annotations
