@@ -13,19 +13,30 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import socket
 import uuid
 
 TEMPORARY_MARK = ".tmp-"
 
 
+def _host() -> str:
+    """This machine's name as temporary names carry it (no `/`, at most 64 characters)."""
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:64]
+
+
 def temporary_path(path: str) -> str:
-    """A unique hidden sibling of `path` for writing before the rename (`.name.tmp-<hex>`).
+    """A unique hidden sibling of `path` for writing before the rename
+    (`.name.tmp-<hex>.<pid>.<host>`).
 
     Hidden, so that shell and Python globs such as `data/part-*` never pick up a file that a
     killed writer left behind (`tf.io.gfile.glob` does match it: readers skip `is_temporary`).
+    The writer's process id and host let a later write tell a dead writer's leftover from a
+    file another process is still writing (`remove_dead_temporaries`).
     """
     folder, name = os.path.split(path)
-    return os.path.join(folder, f".{name}{TEMPORARY_MARK}{uuid.uuid4().hex}")
+    writer = f"{os.getpid()}.{_host()}"
+    return os.path.join(folder, f".{name}{TEMPORARY_MARK}{uuid.uuid4().hex}.{writer}")
 
 
 def leftover_temporaries(path: str) -> list:
@@ -34,6 +45,53 @@ def leftover_temporaries(path: str) -> list:
 
     folder, name = os.path.split(path)
     return tf.io.gfile.glob(os.path.join(folder, f".{name}{TEMPORARY_MARK}*"))
+
+
+def process_is_alive(pid) -> bool:
+    """Whether process `pid` of this machine runs (an unreadable pid counts as running)."""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError, OverflowError):
+        return True  # someone else's process, or not a pid: assume it runs
+    return True
+
+
+def dead_writers_temporaries(path: str) -> list:
+    """Leftover temporaries of `path` whose writer was a process of this host that has ended.
+
+    A leftover of a running process, of another host (whose processes cannot be checked) or
+    with no writer in its name (written before names carried one) is not listed.
+    """
+    dead = []
+    for leftover in leftover_temporaries(path):
+        # <hex>.<pid>.<host>: the host may hold dots, the hex and the pid do not.
+        writer = os.path.basename(leftover).rsplit(TEMPORARY_MARK, 1)[1].split(".", 2)
+        if len(writer) == 3 and writer[2] == _host() and writer[1].isdigit():
+            if not process_is_alive(writer[1]):
+                dead.append(leftover)
+    return dead
+
+
+def remove_dead_temporaries(path: str) -> None:
+    """Deletes the files and folders that killed writers of `path` on this host left behind
+    (`dead_writers_temporaries`): each kill during a write of a feature cache or an export
+    would otherwise leave up to a whole file or SavedModel that no later run removes.
+    Errors are ignored: the write that follows does not depend on it."""
+    import tensorflow as tf
+    from absl import logging
+
+    leftovers = []
+    with contextlib.suppress(Exception):
+        leftovers = dead_writers_temporaries(path)
+    for leftover in leftovers:
+        logging.info("Removing %s, left by a write killed midway.", leftover)
+        with contextlib.suppress(Exception):
+            if tf.io.gfile.isdir(leftover):
+                tf.io.gfile.rmtree(leftover)
+            else:
+                tf.io.gfile.remove(leftover)
 
 
 def is_temporary(path: str) -> bool:
@@ -71,6 +129,7 @@ def atomic_path(path: str):
     import tensorflow as tf
 
     makedirs_for(path)
+    remove_dead_temporaries(path)
     temporary = temporary_path(path)
     try:
         yield temporary
@@ -149,6 +208,7 @@ def atomic_directory(path: str):
     if "://" not in path and os.path.islink(path.rstrip("/")):
         path = os.path.realpath(path)
     makedirs_for(path.rstrip("/"))
+    remove_dead_temporaries(path.rstrip("/"))
     temporary = temporary_path(path.rstrip("/"))
     try:
         yield temporary

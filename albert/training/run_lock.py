@@ -56,16 +56,6 @@ def _text(holder):
     return "".join(f"{key} = {value}\n" for key, value in holder.items())
 
 
-def _is_alive(pid):
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError):
-        return True  # someone else's process (or an unreadable pid): assume it runs
-    return True
-
-
 def _refuse(output_dir, path, holder, reason=""):
     who = ", ".join(f"{k} {holder.get(k, '?')}" for k in ("host", "pid", "started"))
     raise OutputDirLockedError(
@@ -125,7 +115,7 @@ def _acquire_remote(output_dir, path):
         with tf.io.gfile.GFile(path) as f:
             holder = _parse(f.read())
         same_host = holder.get("host") == socket.gethostname()
-        if not same_host or _is_alive(holder.get("pid", "")):
+        if not same_host or fileio.process_is_alive(holder.get("pid", "")):
             _refuse(output_dir, path, holder)
         _take_over_warning(path, holder)
     mine = _text(_this_run())

@@ -1,0 +1,98 @@
+"""What a writer killed midway leaves under its temporary name is removed by the next write
+of the same file, once that writer's process has ended; a running writer's file, another
+host's and a name without a writer are left alone."""
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from albert import fileio
+from albert.data import features as feature_lib
+
+
+def _dead_pid():
+    """The pid of a process of this host that has ended (and been reaped)."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def _leftover(path, pid, host=None):
+    """A temporary of `path` as a writer `pid` on `host` (this one by default) names it."""
+    host = fileio._host() if host is None else host
+    leftover = path.parent / f".{path.name}{fileio.TEMPORARY_MARK}{'ab' * 16}.{pid}.{host}"
+    leftover.write_bytes(b"half a file")
+    return leftover
+
+
+def _kill_midway(call, path):
+    """Runs `call(path)` in a Python process that ends during the write (os._exit inside
+    the block), as a kill would; returns what it left in the folder."""
+    script = textwrap.dedent(f"""
+        import os
+        from albert import fileio
+        with fileio.{call}({str(path)!r}) as temporary:
+            if "directory" in {call!r}:
+                os.makedirs(temporary)
+                temporary = os.path.join(temporary, "saved_model.pb")
+            with open(temporary, "wb") as f:
+                f.write(b"half")
+            os._exit(9)
+    """)
+    assert subprocess.run([sys.executable, "-c", script]).returncode == 9
+    return sorted(path.parent.glob(f".{path.name}{fileio.TEMPORARY_MARK}*"))
+
+
+def test_a_killed_writers_file_is_removed_by_the_next_write(tmp_path, caplog):
+    path = tmp_path / "eval_results.txt"
+    path.write_text("old\n")
+    [leftover] = _kill_midway("atomic_path", path)
+    assert path.read_text() == "old\n"
+    caplog.set_level(logging.INFO)
+    fileio.write_text(str(path), "new\n")
+    assert path.read_text() == "new\n" and not leftover.exists()
+    assert f"Removing {leftover}, left by a write killed midway." in caplog.text
+    assert list(tmp_path.iterdir()) == [path]
+
+
+def test_a_killed_writers_folder_is_removed_by_the_next_export(tmp_path):
+    path = tmp_path / "export"
+    [leftover] = _kill_midway("atomic_directory", path)
+    assert leftover.is_dir()
+    with fileio.atomic_directory(str(path)) as temporary:
+        Path(temporary).mkdir()
+    assert not leftover.exists() and list(tmp_path.iterdir()) == [path]
+
+
+def test_files_of_running_writers_other_hosts_and_unnamed_writers_stay(tmp_path):
+    path = tmp_path / "train.tfrecord"
+    running = _leftover(path, pid=os.getpid())
+    elsewhere = _leftover(path, pid=_dead_pid(), host="another-host.example")
+    unnamed = path.parent / f".{path.name}{fileio.TEMPORARY_MARK}{'cd' * 16}"
+    unnamed.write_bytes(b"written before names carried a writer")
+    dead = _leftover(path, pid=_dead_pid())
+    assert fileio.dead_writers_temporaries(str(path)) == [str(dead)]
+    fileio.write_text(str(path), "whole")
+    assert running.exists() and elsewhere.exists() and unnamed.exists()
+    assert not dead.exists()
+
+
+def test_a_killed_feature_cache_write_is_cleaned_when_the_cache_is_made(tmp_path):
+    path = tmp_path / "features" / "mrpc_train.tfrecord"
+    path.parent.mkdir()
+    dead = _leftover(path, pid=_dead_pid())
+    features = [{"input_ids": [i, 1], "label_ids": i % 2} for i in range(4)]
+    cached = feature_lib.load_or_create_features(str(path), lambda: features)
+    assert cached.num_examples == 4 and not dead.exists()
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name, path.name + ".json"]
+
+
+@pytest.mark.parametrize("pid, alive", [("1", True), ("not-a-pid", True), ("", True)])
+def test_a_pid_that_cannot_be_checked_counts_as_running(pid, alive):
+    assert fileio.process_is_alive(pid) is alive
+    assert fileio.process_is_alive(_dead_pid()) is False
