@@ -36,10 +36,15 @@ import os
 import sys
 import time
 
-from absl import app, flags, logging
+from albert import keras_version
 
-from albert import glue_tasks
-from albert.checkpoints import (
+# An old Keras: one line and exit 2 here, not the traceback of the model's import below.
+keras_version.exit_if_too_old("convert_checkpoint")
+
+from absl import app, flags, logging  # noqa: E402
+
+from albert import glue_tasks  # noqa: E402
+from albert.checkpoints import (  # noqa: E402
     CheckpointError,
     detect_format,
     hf,
@@ -48,13 +53,13 @@ from albert.checkpoints import (
     read_config,
     save_checkpoint,
 )
-from albert.checkpoints.stored_model import build_stored_model
-from albert.checkpoints.table import task_head
-from albert.config import AlbertConfig, ConfigError
-from albert.modeling import AlbertMultipleChoice
-from albert.progress import format_duration
-from albert.training import flags as training_flags
-from albert.training.failures import describe_failure, traceback_requested
+from albert.checkpoints.stored_model import build_stored_model  # noqa: E402
+from albert.checkpoints.table import task_head  # noqa: E402
+from albert.config import AlbertConfig, ConfigError  # noqa: E402
+from albert.modeling import AlbertMultipleChoice  # noqa: E402
+from albert.progress import format_duration  # noqa: E402
+from albert.training import flags as training_flags  # noqa: E402
+from albert.training.failures import describe_failure, traceback_requested  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
