@@ -21,6 +21,11 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from albert import keras_version  # noqa: E402
+
+# An old Keras: one line and exit 2 here, not the traceback of the model's import below.
+keras_version.exit_if_too_old()
+
 from absl import flags  # noqa: E402
 
 from albert.tasks import race  # noqa: E402

@@ -218,3 +218,83 @@ def test_a_missing_required_flag_is_one_line_and_exit_2(tmp_path, module, given,
     lines = [line for line in result.stderr.splitlines() if ": error: " in line]
     assert len(lines) == 1 and lines[0].endswith(f"error: --{missing} is required."), lines
     assert "FATAL" not in result.stderr and "Traceback" not in result.stderr
+
+
+# Imports each module named in argv with Keras claiming to be 3.10 (older than MIN_KERAS);
+# prints module -> [exit code, stderr] (or [exception type, message]).
+_WITH_OLD_KERAS = """
+import contextlib, importlib, io, json, sys
+import keras
+keras.__version__ = "3.10.0"
+results = {}
+for name in sys.argv[1:]:
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            importlib.import_module(name)
+        results[name] = ["imported", stderr.getvalue()]
+    except SystemExit as e:
+        results[name] = [e.code, stderr.getvalue()]
+    except BaseException as e:
+        results[name] = [type(e).__name__, str(e)]
+print("RESULTS " + json.dumps(results))
+"""
+_OLD_KERAS_LINE = (
+    "error: albert needs keras>=3.15 (found 3.10.0: earlier versions save no encoder weights); "
+    "run: pip install 'keras>=3.15'\n"
+)
+
+
+def _entry_modules():
+    """Every command: the console scripts' modules and every module run with `python -m`."""
+    pyproject = (REPO / "pyproject.toml").read_text()
+    scripts = pyproject.split("[project.scripts]")[1].split("\n[")[0]
+    modules = {line.split('"')[1].split(":")[0] for line in scripts.splitlines() if '"' in line}
+    for path in (REPO / "albert").rglob("*.py"):
+        if '\nif __name__ == "__main__":' in path.read_text():
+            parts = path.relative_to(REPO).with_suffix("").parts
+            modules.add(".".join(parts))
+    return sorted(modules)
+
+
+def test_an_old_keras_is_one_line_and_exit_2_from_every_entry_module():
+    # Was an import traceback ending in serialization.py's ImportError: the model's modules
+    # refuse it when imported, which each script does among its first imports.
+    modules = _entry_modules()
+    assert {"albert.convert_checkpoint", "albert.run_squad_v2", "albert.quickstart"} <= set(modules)
+    done = _python("-c", _WITH_OLD_KERAS, *modules)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULTS ")]
+    assert lines, done.stderr[-3000:]
+    results = json.loads(lines[-1][len("RESULTS ") :])
+    for module, (outcome, stderr) in results.items():
+        # A command that never builds a model (create_pretraining_data, vocab, quickstart,
+        # whose steps print their own) imports, and works with that Keras.
+        assert outcome in (2, "imported"), (module, outcome, stderr)
+        if outcome == 2:
+            assert stderr.endswith(": " + _OLD_KERAS_LINE) and stderr.count("\n") == 1, stderr
+    assert results["albert.convert_checkpoint"] == [2, "convert_checkpoint: " + _OLD_KERAS_LINE]
+    assert results["albert.run_classifier"][0] == 2
+
+
+def test_an_old_keras_is_one_line_from_a_clone_script():
+    program = (
+        "import runpy, sys\n"
+        "import keras\n"
+        "keras.__version__ = '3.10.0'\n"
+        "sys.argv = ['run_classifier.py', '--task_name=mrpc']\n"
+        "runpy.run_path('run_classifier.py', run_name='__main__')\n"
+    )
+    done = _python("-c", program)
+    assert done.returncode == 2
+    assert done.stderr.endswith("run_classifier.py: " + _OLD_KERAS_LINE), done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+
+
+def test_the_library_still_refuses_an_old_keras_on_import():
+    program = "import keras\nkeras.__version__ = '3.10.0'\nimport albert.modeling\n"
+    done = _python("-c", program)
+    assert done.returncode == 1
+    assert done.stderr.endswith(
+        "ImportError: albert needs keras>=3.15 (found 3.10.0: earlier "
+        "versions save no encoder weights); run: pip install 'keras>=3.15'\n"
+    )

@@ -27,6 +27,7 @@ from albert.modeling import (
     AlbertQuestionAnswering,
     AlbertSentenceOrderHead,
 )
+from albert.progress import Progress
 
 # Parts of a model a checkpoint may or may not hold. The backbone is always required; each
 # head (pretraining or fine-tuning) is loaded when the checkpoint has it and left initialised
@@ -291,6 +292,10 @@ def assign(assignments: dict, read) -> None:
         CheckpointError: a value cannot be read.
     """
     values = {}
+    # Counted in parameters, not tensors: xxlarge's two FFN kernels are half its 0.9 GB, which
+    # takes minutes from a slow disk or a bucket.
+    sizes = {name: int(np.prod(b.variable.shape)) for name, b in assignments.items()}
+    progress = Progress("Checkpoint: read", sum(sizes.values()), "parameters")
     for name in assignments:
         try:
             values[name] = np.asarray(read(name))
@@ -299,6 +304,7 @@ def assign(assignments: dict, read) -> None:
                 f"Cannot read {name!r} from the checkpoint: the file is corrupted or "
                 f"truncated ({type(e).__name__}: {e})."
             ) from None
+        progress.update(sizes[name])
     for name, binding in assignments.items():
         value = values[name].T if binding.transposed else values[name]
         binding.variable.assign(value.astype(binding.variable.dtype))

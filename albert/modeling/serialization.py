@@ -10,30 +10,14 @@ its layers are made in its constructor, each taking the global policy, so a mode
 under `mixed_bfloat16` and loaded where the policy is float32 keeps every layer's policy.
 """
 
-import re
-
 import keras
 
 from albert.config import AlbertConfig
+from albert.keras_version import check_keras_version
 
 PACKAGE = "albert"
-# Keras before 3.15 leaves layers held in nested lists (`AlbertEncoder`'s blocks) out of .keras
-# and .weights.h5 files: a saved model would reload with a random encoder and no error.
-MIN_KERAS = (3, 15)
 
-
-def check_keras_version(version):
-    """Raises ImportError, one sentence, for a Keras older than `MIN_KERAS` (a clone run
-    without `pip install -r requirements.txt` in an environment that has one)."""
-    major, minor = (int(n) for n in re.match(r"(\d+)\.(\d+)", version).groups())
-    if (major, minor) < MIN_KERAS:
-        wanted = ".".join(map(str, MIN_KERAS))
-        raise ImportError(
-            f"albert needs keras>={wanted} (found {version}: earlier versions save no "
-            f"encoder weights); run: pip install 'keras>={wanted}'"
-        )
-
-
+# Every model class imports this module: `import albert.modeling` refuses an old Keras.
 check_keras_version(keras.__version__)
 
 

@@ -132,6 +132,32 @@ def test_tf1_input_without_any_config_asks_for_the_flag(tmp_path):
         convert(str(tmp_path), str(tmp_path / "out"), "hf")
 
 
+@pytest.mark.parametrize("output_format", ["tf1", "hf", "keras"])
+def test_each_phase_logs_a_line_and_the_end_what_was_written(
+    output_format, tmp_path, monkeypatch, absl_caplog
+):
+    # At xxlarge each phase takes seconds (minutes from a bucket): a user sees where it is.
+    from albert import progress
+
+    monkeypatch.setattr(progress, "PROGRESS_SECONDS", 0.0)  # a read progress line per tensor
+    arrays = random_arrays(reference_tf1_shapes(tiny_config()))
+    write_tf1(tmp_path / "in" / "model.ckpt-best", arrays)
+    tiny_config().to_json_file(str(tmp_path / "in" / "albert_config.json"))
+    written = convert(str(tmp_path / "in"), str(tmp_path / "out"), output_format)
+    lines = [r.getMessage() for r in absl_caplog.records]
+    assert f"Building the model that {tmp_path / 'in'} holds (tf1 format)." in lines
+    params = sum(a.size for a in arrays.values())
+    assert f"Reading {tmp_path / 'in'} into its AlbertPretrainer ({params:,} parameters)." in lines
+    assert any(
+        line.startswith(f"Checkpoint: read {params}/{params} parameters (100%)") for line in lines
+    )
+    assert f"Writing the {output_format} checkpoint into {tmp_path / 'out'}." in lines
+    summary = (
+        f"Wrote {written} ({output_format}): {len(arrays)} tensors, {params:,} parameters, in 0:00:"
+    )
+    assert any(line.startswith(summary) for line in lines), lines[-1]
+
+
 def test_main_converts_from_flags(tmp_path):
     flags = [f"--input={HF_FIXTURE}", f"--output={tmp_path}", "--output_format=keras"]
     assert main_with_flags(*flags) == 0

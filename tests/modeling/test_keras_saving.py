@@ -7,6 +7,7 @@ import keras
 import numpy as np
 import pytest
 
+from albert.keras_version import MIN_KERAS, check_keras_version
 from albert.modeling import (
     AlbertBackbone,
     AlbertClassifier,
@@ -18,7 +19,6 @@ from albert.modeling.dropout import Dropout
 from albert.modeling.embeddings import AlbertEmbeddings
 from albert.modeling.encoder import AlbertAttention, AlbertEncoder, AlbertFeedForward
 from albert.modeling.heads import AlbertMaskedLMHead, AlbertSentenceOrderHead
-from albert.modeling.serialization import MIN_KERAS, check_keras_version
 from albert.modeling.task_heads import AlbertClassificationHead, AlbertSpanHead, AlbertSquadV2Head
 from tests.helpers import tiny_config
 
