@@ -3,10 +3,10 @@
 `read_squad_examples` reads the official JSON (v2.0's plausible answers are ignored).
 `load_features` turns a file into features (`albert.data.squad_features`: sliding windows,
 p_mask, answer targets) and, with `cache_dir`, writes them once: the model inputs as
-TFRecords (`albert.data.features`) and, for prediction, a sidecar TFRecord `*.meta.tfrecord`
-of what post-processing needs. A second run with the same file, tokenizer and settings reads
-them and does not tokenize. Post-processing is in `albert.data.squad_postprocessing`, the
-official evaluation in `albert.metrics.squad`.
+TFRecords (`albert.data.features`) and, for prediction, a sidecar `*.meta.npz` of what
+post-processing needs (`albert.data.squad_features.write_metadata`). A second run with the
+same file, tokenizer and settings reads them and does not tokenize. Post-processing is in
+`albert.data.squad_postprocessing`, the official evaluation in `albert.metrics.squad`.
 
 Example:
     >>> data = load_features("dev-v2.0.json", tokenizer, is_training=False, cache_dir="cache")
@@ -25,6 +25,7 @@ from absl import logging
 
 from albert.data import features as feature_lib
 from albert.data.squad_features import (
+    MetadataError,
     SquadDataError,
     convert_examples_to_features,
     iter_features,
@@ -259,10 +260,8 @@ def load_features(
     if metadata_cached and not is_training:
         try:
             features = read_metadata(metadata_path(path), tokenizer, max_seq_length)
-        except tf.errors.DataLossError:
-            logging.warning(
-                "The feature cache %s is truncated; rebuilding it.", metadata_path(path)
-            )
+        except MetadataError as e:
+            logging.warning("The feature cache %s; rebuilding it.", e)
             metadata_cached = False
     if not is_training and features is None:
         features = convert_examples_to_features(examples, tokenizer, *settings)

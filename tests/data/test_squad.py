@@ -1,14 +1,17 @@
 """SQuAD reader, windows and features, round trips through post-processing, the cache."""
 
+import gc
 import json
 import logging
 import re
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from albert import progress
+from albert.data import squad_features
 from albert.data import squad_postprocessing as postprocessing
 from albert.data.squad import SquadDataError, SquadExample, load_features, read_squad_examples
 from albert.data.squad_alignment import align_tokens
@@ -348,6 +351,100 @@ def test_cache_is_read_back_without_tokenizing(tmp_path, monkeypatch):
     assert len(rows) == second_train.num_features == len(first.features)
     assert {"start_positions", "end_positions", "is_impossible"} <= set(rows[0])
     assert rows[0]["input_ids"].shape == (48,)
+
+
+def random_v2_results(features, max_seq_length, seed=0):
+    """Beam outputs of an untrained model: random scores and positions for every window."""
+    rng = np.random.default_rng(seed)
+    return {
+        feature.unique_id: {
+            "start_top_log_probs": np.sort(rng.normal(size=5))[::-1],
+            "start_top_index": rng.choice(max_seq_length, 5, replace=False),
+            "end_top_log_probs": rng.normal(size=25),
+            "end_top_index": rng.integers(0, max_seq_length, 25),
+            "cls_logits": rng.normal(),
+        }
+        for feature in features
+    }
+
+
+def cache_squad_file(tmp_path):
+    """TRICKY, a context of many windows and an empty context, in a SQuAD 2.0 file."""
+    content = squad_json([*TRICKY, (LONG_CONTEXT, ["w3", "w38"])], impossible=["Who?"])
+    empty = {"id": "empty", "question": "Anything?", "is_impossible": True, "answers": []}
+    content["data"].append({"title": "e", "paragraphs": [{"context": "", "qas": [empty]}]})
+    return write_json(tmp_path / "dev.json", content)
+
+
+def test_reloaded_predict_features_equal_fresh_ones(tmp_path):
+    tokenizer = FullTokenizer(spm_model_file=MODEL, do_lower_case=True)
+    squad_file = cache_squad_file(tmp_path)
+    settings = dict(max_seq_length=32, doc_stride=8, max_query_length=8)
+    fresh = load_features(squad_file, tokenizer, False, **settings)
+    load_features(squad_file, tokenizer, False, cache_dir=str(tmp_path / "c"), **settings)
+    reloaded = load_features(
+        squad_file, tokenizer, False, cache_dir=str(tmp_path / "c"), **settings
+    )
+    assert reloaded.from_cache and len(fresh.features) > 40
+    assert [] in [list(f.token_to_orig_map) for f in fresh.features]  # the empty context
+    assert reloaded.features == fresh.features  # maps hold (first, last) tuples as fresh ones
+    for feature in reloaded.features:
+        values = [feature.unique_id, *feature.input_ids, *feature.p_mask]
+        assert {type(v) for v in values} == {int}
+        assert {type(v) for v in feature.token_is_max_context.values()} <= {bool}
+    results = random_v2_results(fresh.features, 32)
+    assert postprocessing.compute_predictions_v2(
+        reloaded.examples, reloaded.features, results
+    ) == postprocessing.compute_predictions_v2(fresh.examples, fresh.features, results)
+
+
+def test_predict_metadata_is_read_as_columns(tmp_path, monkeypatch, absl_caplog):
+    """The sidecar is an .npz of columns: read without pickle, each distinct token looked up
+    once (not every window's tokens), byte for byte the same when rewritten, and rebuilt when
+    it holds another format version."""
+    tokenizer = FullTokenizer(spm_model_file=MODEL, do_lower_case=True)
+    squad_file = cache_squad_file(tmp_path)
+    settings = dict(max_seq_length=32, doc_stride=8, max_query_length=8)
+    first = load_features(squad_file, tokenizer, False, cache_dir=str(tmp_path / "c"), **settings)
+    sidecar = Path(squad_features.metadata_path(first.path))
+    assert sidecar.name.endswith(".meta.npz")
+    written = sidecar.read_bytes()
+    with np.load(sidecar, allow_pickle=False) as columns:
+        assert int(columns["format_version"]) == squad_features.METADATA_FORMAT_VERSION
+        assert len(columns["windows"]) == len(first.features)
+    later = time.time() + 3600
+    with monkeypatch.context() as patch:
+        patch.setattr(time, "time", lambda: later)  # zip members carry no write time
+        squad_features.write_metadata(str(sidecar), first.features)
+    assert sidecar.read_bytes() == written
+
+    looked_up, collecting = [], []
+    convert = tokenizer.convert_tokens_to_ids
+
+    def counting_convert(tokens):
+        looked_up.extend(tokens)
+        collecting.append(gc.isenabled())
+        return convert(tokens)
+
+    monkeypatch.setattr(tokenizer, "convert_tokens_to_ids", counting_convert)
+    gc.disable()  # The reader pauses the collector and leaves it as it found it.
+    try:
+        features = squad_features.read_metadata(str(sidecar), tokenizer, 32)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    features = squad_features.read_metadata(str(sidecar), tokenizer, 32)
+    assert gc.isenabled() and features == first.features and not any(collecting)
+    distinct = {token for feature in first.features for token in feature.tokens}
+    assert len(looked_up) <= 2 * (len(distinct) + 2)  # Two reads; [CLS] and [SEP] each.
+
+    columns = dict(np.load(sidecar, allow_pickle=False))
+    columns["format_version"] = np.asarray(99, np.int64)
+    np.savez(sidecar, **columns)
+    again = load_features(squad_file, tokenizer, False, cache_dir=str(tmp_path / "c"), **settings)
+    assert f"{sidecar} has format version 99, not 2; rebuilding it." in absl_caplog.text
+    assert not again.from_cache and again.features == first.features
+    assert sidecar.read_bytes() == written
 
 
 def test_shared_dev_v2(tmp_path):
