@@ -21,8 +21,17 @@ TEMPORARY_MARK = ".tmp-"
 
 
 def _host() -> str:
-    """This machine's name as temporary names carry it (no `/`, at most 64 characters)."""
-    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:64]
+    """This machine's name as temporary names carry it (no `/`), with its pid namespace.
+
+    Containers that share the machine's name (host networking) each number their own
+    processes: a writer's pid is checked only from the namespace that numbered it, or a
+    running writer of another container, whose pid is free here, would look ended. Linux
+    names the namespace by the inode of /proc/self/ns/pid; elsewhere the name is enough.
+    """
+    host = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:64]
+    with contextlib.suppress(OSError):
+        host += f"-pidns{os.stat('/proc/self/ns/pid').st_ino}"
+    return host
 
 
 def temporary_path(path: str) -> str:

@@ -2,6 +2,7 @@
 of the same file, once that writer's process has ended; a running writer's file, another
 host's and a name without a writer are left alone."""
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -13,6 +14,19 @@ import pytest
 
 from albert import fileio
 from albert.data import features as feature_lib
+
+REPO = Path(__file__).resolve().parents[2]
+# Writes the file named by argv[1] until it reads a line: prints its temporary name first.
+_WRITER = textwrap.dedent("""
+    import sys
+    from albert import fileio
+    with fileio.atomic_path(sys.argv[1]) as temporary:
+        with open(temporary, "wb") as f:
+            f.write(b"the writer's ")
+            print(temporary, flush=True)
+            sys.stdin.readline()
+            f.write(b"whole file")
+""")
 
 
 def _dead_pid():
@@ -96,3 +110,34 @@ def test_a_killed_feature_cache_write_is_cleaned_when_the_cache_is_made(tmp_path
 def test_a_pid_that_cannot_be_checked_counts_as_running(pid, alive):
     assert fileio.process_is_alive(pid) is alive
     assert fileio.process_is_alive(_dead_pid()) is False
+
+
+def _can_unshare_pids():
+    command = ["unshare", "--pid", "--fork", "--mount-proc", "true"]
+    with contextlib.suppress(OSError):
+        return subprocess.run(command, capture_output=True).returncode == 0
+    return False
+
+
+@pytest.mark.skipif(not _can_unshare_pids(), reason="no `unshare --pid` (needs root on Linux)")
+def test_a_running_writer_of_another_pid_namespace_keeps_its_file(tmp_path):
+    # Containers sharing the host's name (host networking) number processes apart: from a
+    # new pid namespace, this host's running writer has a pid that no process there has.
+    path = tmp_path / "features" / "train.tfrecord"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    temporary = Path(writer.stdout.readline().strip())
+    cleaner = f"from albert import fileio; fileio.write_text({str(path)!r}, 'other')"
+    command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", cleaner]
+    try:
+        subprocess.run(command, check=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        kept = temporary.exists()
+    finally:
+        writer.communicate("go\n", timeout=60)
+    assert kept and writer.returncode == 0
+    assert path.read_bytes() == b"the writer's whole file"
