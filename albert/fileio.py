@@ -18,6 +18,7 @@ import socket
 import uuid
 
 TEMPORARY_MARK = ".tmp-"
+_NAME_MAX = 255  # bytes in a file name, at most, on ext4, xfs, btrfs and most local disks
 
 
 def _host() -> str:
@@ -44,8 +45,13 @@ def temporary_path(path: str) -> str:
     file another process is still writing (`remove_dead_temporaries`).
     """
     folder, name = os.path.split(path)
-    writer = f"{os.getpid()}.{_host()}"
-    return os.path.join(folder, f".{name}{TEMPORARY_MARK}{uuid.uuid4().hex}.{writer}")
+    temporary = f".{name}{TEMPORARY_MARK}{uuid.uuid4().hex}"
+    writer = f".{os.getpid()}.{_host()}"
+    # A name too long to carry its writer (up to ~100 bytes more) keeps the short form, never
+    # removed by a later write, rather than failing a write whose name fits.
+    if len(f"{temporary}{writer}".encode()) <= _NAME_MAX:
+        temporary += writer
+    return os.path.join(folder, temporary)
 
 
 def leftover_temporaries(path: str) -> list:

@@ -141,3 +141,12 @@ def test_a_running_writer_of_another_pid_namespace_keeps_its_file(tmp_path):
         writer.communicate("go\n", timeout=60)
     assert kept and writer.returncode == 0
     assert path.read_bytes() == b"the writer's whole file"
+
+
+def test_a_name_too_long_to_carry_its_writer_is_still_written(tmp_path):
+    # 215 bytes: its temporary fits in 255 bytes only without the writer's pid and host.
+    path = tmp_path / ("p" * 206 + ".tfrecord")
+    fileio.write_text(str(path), "whole")
+    assert path.read_text() == "whole" and list(tmp_path.iterdir()) == [path]
+    writer = f".{os.getpid()}.{fileio._host()}"
+    assert fileio.temporary_path(str(tmp_path / "short")).endswith(writer)
