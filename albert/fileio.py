@@ -21,18 +21,23 @@ TEMPORARY_MARK = ".tmp-"
 _NAME_MAX = 255  # bytes in a file name, at most, on ext4, xfs, btrfs and most local disks
 
 
-def _host() -> str:
-    """This machine's name as temporary names carry it (no `/`), with its pid namespace.
+def pid_namespace() -> str:
+    """This process's pid namespace, `pidns<inode of /proc/self/ns/pid>`, or "" off Linux.
 
     Containers that share the machine's name (host networking) each number their own
-    processes: a writer's pid is checked only from the namespace that numbered it, or a
-    running writer of another container, whose pid is free here, would look ended. Linux
-    names the namespace by the inode of /proc/self/ns/pid; elsewhere the name is enough.
+    processes: a pid is checked only from the namespace that numbered it, or a running
+    process of another container, whose pid is free here, would look ended.
     """
-    host = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:64]
     with contextlib.suppress(OSError):
-        host += f"-pidns{os.stat('/proc/self/ns/pid').st_ino}"
-    return host
+        return f"pidns{os.stat('/proc/self/ns/pid').st_ino}"
+    return ""
+
+
+def _host() -> str:
+    """This machine's name as temporary names carry it (no `/`), with its `pid_namespace`."""
+    host = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:64]
+    namespace = pid_namespace()
+    return f"{host}-{namespace}" if namespace else host
 
 
 def temporary_path(path: str) -> str:
