@@ -228,7 +228,6 @@ def atomic_directory(path: str):
     if "://" not in path and os.path.islink(path.rstrip("/")):
         path = os.path.realpath(path)
     makedirs_for(path.rstrip("/"))
-    remove_dead_temporaries(path.rstrip("/"))
     temporary = temporary_path(path.rstrip("/"))
     try:
         yield temporary
@@ -244,6 +243,9 @@ def atomic_directory(path: str):
             raise
         if old:
             tf.io.gfile.rmtree(old)
+        # Only now: a writer killed between its two renames left the previous folder aside
+        # and none at `path`; that folder is the only whole one until this one is in place.
+        remove_dead_temporaries(path.rstrip("/"))
     except BaseException:
         with contextlib.suppress(Exception):
             if tf.io.gfile.exists(temporary):

@@ -150,3 +150,38 @@ def test_a_name_too_long_to_carry_its_writer_is_still_written(tmp_path):
     assert path.read_text() == "whole" and list(tmp_path.iterdir()) == [path]
     writer = f".{os.getpid()}.{fileio._host()}"
     assert fileio.temporary_path(str(tmp_path / "short")).endswith(writer)
+
+
+def test_a_folder_moved_aside_by_a_killed_swap_stays_until_a_new_one_is_in_place(tmp_path):
+    path = tmp_path / "export"
+    with fileio.atomic_directory(str(path)) as temporary:
+        Path(temporary).mkdir()
+        (Path(temporary) / "saved_model.pb").write_text("v1")
+    # Killed between its two renames: v1 moved aside, v2 not yet at `path`.
+    script = textwrap.dedent(f"""
+        import os
+        import tensorflow as tf
+        from albert import fileio
+        rename = tf.io.gfile.rename
+        renames = []
+        def rename_then_die(source, target, overwrite=False):
+            if renames:
+                os._exit(9)
+            renames.append(source)
+            rename(source, target, overwrite)
+        tf.io.gfile.rename = rename_then_die
+        with fileio.atomic_directory({str(path)!r}) as temporary:
+            os.makedirs(temporary)
+            with open(os.path.join(temporary, "saved_model.pb"), "w") as f:
+                f.write("v2")
+    """)
+    assert subprocess.run([sys.executable, "-c", script]).returncode == 9
+    assert not path.exists()
+    with pytest.raises(RuntimeError), fileio.atomic_directory(str(path)) as temporary:
+        raise RuntimeError("the next export fails")
+    saved = sorted(p.read_text() for p in tmp_path.glob(".export.tmp-*/saved_model.pb"))
+    assert saved == ["v1", "v2"]
+    with fileio.atomic_directory(str(path)) as temporary:
+        Path(temporary).mkdir()
+        (Path(temporary) / "saved_model.pb").write_text("v3")
+    assert list(tmp_path.iterdir()) == [path] and (path / "saved_model.pb").read_text() == "v3"
