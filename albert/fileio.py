@@ -69,6 +69,8 @@ def leftover_temporaries(path: str) -> list:
 
 def process_is_alive(pid) -> bool:
     """Whether process `pid` of this machine runs (an unreadable pid counts as running)."""
+    if os.name != "posix":
+        return True  # Windows' os.kill(pid, 0) does not probe: it ends the process.
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:

@@ -185,3 +185,14 @@ def test_a_folder_moved_aside_by_a_killed_swap_stays_until_a_new_one_is_in_place
         Path(temporary).mkdir()
         (Path(temporary) / "saved_model.pb").write_text("v3")
     assert list(tmp_path.iterdir()) == [path] and (path / "saved_model.pb").read_text() == "v3"
+
+
+def test_off_posix_no_process_is_signalled_and_every_writer_counts_as_running(monkeypatch):
+    # On Windows os.kill(pid, 0) is TerminateProcess: it would end the writer, or whatever
+    # process now has a dead writer's pid, instead of checking it.
+    dead, signalled = _dead_pid(), []
+    monkeypatch.setattr(os, "kill", lambda *args: signalled.append(args))
+    monkeypatch.setattr(os, "name", "nt")
+    alive = fileio.process_is_alive(dead)
+    monkeypatch.undo()  # before pytest reports: it reads os.name
+    assert alive is True and signalled == []
