@@ -16,6 +16,8 @@ from albert import fileio
 from albert.data import features as feature_lib
 
 REPO = Path(__file__).resolve().parents[2]
+SHARED_GLUE = REPO.parent / "shared" / "data" / "glue"
+SPM_MODEL = str(REPO / "tests" / "fixtures" / "tokenizer" / "tiny.model")
 # Writes the file named by argv[1] until it reads a line: prints its temporary name first.
 _WRITER = textwrap.dedent("""
     import sys
@@ -196,3 +198,54 @@ def test_off_posix_no_process_is_signalled_and_every_writer_counts_as_running(mo
     alive = fileio.process_is_alive(dead)
     monkeypatch.undo()  # before pytest reports: it reads os.name
     assert alive is True and signalled == []
+
+
+# Caches MRPC's training features in argv[1], SIGKILLed by the kernel after 2 records.
+_KILLED_CACHE = textwrap.dedent(f"""
+    import os, signal, sys
+    import tensorflow as tf
+    from albert import fileio
+    from albert.data import glue
+    from albert.tokenization import FullTokenizer
+
+    class KilledWriter(tf.io.TFRecordWriter):
+        def __init__(self, path):
+            super().__init__(path)
+            self.path, self.records = path, 0
+
+        def write(self, record):
+            super().write(record)
+            self.records += 1
+            if fileio.is_temporary(self.path) and self.records == 2:
+                self.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    tf.io.TFRecordWriter = KilledWriter
+    tokenizer = FullTokenizer(spm_model_file={SPM_MODEL!r})
+    glue.load_features("mrpc", {str(SHARED_GLUE)!r}, "train", tokenizer, 32, sys.argv[1])
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED_GLUE.is_dir(), reason="shared GLUE sample absent")
+def test_a_feature_cache_killed_by_sigkill_is_cleaned_and_rebuilt_whole(tmp_path):
+    from albert.data import glue
+    from albert.tokenization import FullTokenizer
+
+    def cache(directory):
+        tokenizer = FullTokenizer(spm_model_file=SPM_MODEL)
+        cached = glue.load_features("mrpc", str(SHARED_GLUE), "train", tokenizer, 32, directory)
+        return cached, [{k: v.numpy().tolist() for k, v in f.items()} for f in cached.dataset]
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    killed = subprocess.run([sys.executable, "-c", _KILLED_CACHE, str(tmp_path)], env=env)
+    assert killed.returncode == -9
+    [leftover] = [p for p in tmp_path.iterdir()]
+    assert fileio.is_temporary(leftover.name) and leftover.stat().st_size > 0
+    cached, features = cache(str(tmp_path))
+    assert not cached.from_cache and not leftover.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        Path(cached.path).name,
+        Path(cached.path).name + ".json",
+    ]
+    assert features == cache(str(tmp_path / "uninterrupted"))[1] and len(features) == 6
