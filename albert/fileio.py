@@ -18,11 +18,26 @@ import socket
 import uuid
 
 TEMPORARY_MARK = ".tmp-"
+_NAME_MAX = 255  # bytes in a file name, at most, on ext4, xfs, btrfs and most local disks
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace, `pidns<inode of /proc/self/ns/pid>`, or "" off Linux.
+
+    Containers that share the machine's name (host networking) each number their own
+    processes: a pid is checked only from the namespace that numbered it, or a running
+    process of another container, whose pid is free here, would look ended.
+    """
+    with contextlib.suppress(OSError):
+        return f"pidns{os.stat('/proc/self/ns/pid').st_ino}"
+    return ""
 
 
 def _host() -> str:
-    """This machine's name as temporary names carry it (no `/`, at most 64 characters)."""
-    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:64]
+    """This machine's name as temporary names carry it (no `/`), with its `pid_namespace`."""
+    host = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:64]
+    namespace = pid_namespace()
+    return f"{host}-{namespace}" if namespace else host
 
 
 def temporary_path(path: str) -> str:
@@ -35,8 +50,13 @@ def temporary_path(path: str) -> str:
     file another process is still writing (`remove_dead_temporaries`).
     """
     folder, name = os.path.split(path)
-    writer = f"{os.getpid()}.{_host()}"
-    return os.path.join(folder, f".{name}{TEMPORARY_MARK}{uuid.uuid4().hex}.{writer}")
+    temporary = f".{name}{TEMPORARY_MARK}{uuid.uuid4().hex}"
+    writer = f".{os.getpid()}.{_host()}"
+    # A name too long to carry its writer (up to ~100 bytes more) keeps the short form, never
+    # removed by a later write, rather than failing a write whose name fits.
+    if len(f"{temporary}{writer}".encode()) <= _NAME_MAX:
+        temporary += writer
+    return os.path.join(folder, temporary)
 
 
 def leftover_temporaries(path: str) -> list:
@@ -49,6 +69,8 @@ def leftover_temporaries(path: str) -> list:
 
 def process_is_alive(pid) -> bool:
     """Whether process `pid` of this machine runs (an unreadable pid counts as running)."""
+    if os.name != "posix":
+        return True  # Windows' os.kill(pid, 0) does not probe: it ends the process.
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
@@ -208,7 +230,6 @@ def atomic_directory(path: str):
     if "://" not in path and os.path.islink(path.rstrip("/")):
         path = os.path.realpath(path)
     makedirs_for(path.rstrip("/"))
-    remove_dead_temporaries(path.rstrip("/"))
     temporary = temporary_path(path.rstrip("/"))
     try:
         yield temporary
@@ -224,6 +245,9 @@ def atomic_directory(path: str):
             raise
         if old:
             tf.io.gfile.rmtree(old)
+        # Only now: a writer killed between its two renames left the previous folder aside
+        # and none at `path`; that folder is the only whole one until this one is in place.
+        remove_dead_temporaries(path.rstrip("/"))
     except BaseException:
         with contextlib.suppress(Exception):
             if tf.io.gfile.exists(temporary):

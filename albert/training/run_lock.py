@@ -1,7 +1,7 @@
 """One run per output directory: a lock file naming the run that holds it.
 
-`output_dir/run.lock` holds `host = ...`, `pid = ...`, `started = ...` and `command = ...`
-lines. A second run on the same directory stops at once with one sentence naming the
+`output_dir/run.lock` holds `host = ...`, `pid = ...`, `pid_namespace = ...`, `started = ...`
+and `command = ...` lines. A second run on the same directory stops at once with one sentence naming the
 holder, instead of both writing checkpoints into the same place.
 
 - Local paths: the file is also `flock`ed while the run lives, so the kernel releases it
@@ -12,7 +12,8 @@ holder, instead of both writing checkpoints into the same place.
 - Other `tf.io.gfile` filesystems (gs://, ...): best effort. There is no atomic
   create-if-absent, so the file is written, read back and checked to be ours; two runs
   starting within the same moment can both pass. A file left by a dead process on this
-  host is taken over; any other one is refused.
+  host (and pid namespace: containers sharing the host's name number processes apart) is
+  taken over; any other one is refused.
 
 The lock is re-entrant within a process (the fine-tuning engine holds it around the
 training loop, which takes it too).
@@ -28,6 +29,7 @@ import sys
 
 from absl import logging
 
+from albert import fileio
 from albert.errors import AlbertError
 
 LOCK_FILE = "run.lock"
@@ -42,6 +44,7 @@ def _this_run():
     return {
         "host": socket.gethostname(),
         "pid": os.getpid(),
+        "pid_namespace": fileio.pid_namespace(),
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
     }
@@ -109,12 +112,14 @@ def _acquire_local(output_dir, path):
 def _acquire_remote(output_dir, path):
     import tensorflow as tf
 
-    from albert import fileio
-
     if tf.io.gfile.exists(path):
         with tf.io.gfile.GFile(path) as f:
             holder = _parse(f.read())
         same_host = holder.get("host") == socket.gethostname()
+        # A lock written before it named a namespace counts as this one's, as it did then.
+        namespace = fileio.pid_namespace()
+        if same_host and holder.get("pid_namespace", namespace) != namespace:
+            _refuse(output_dir, path, holder, ", in another container, so not checked")
         if not same_host or fileio.process_is_alive(holder.get("pid", "")):
             _refuse(output_dir, path, holder)
         _take_over_warning(path, holder)

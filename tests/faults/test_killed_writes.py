@@ -2,6 +2,7 @@
 of the same file, once that writer's process has ended; a running writer's file, another
 host's and a name without a writer are left alone."""
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -13,6 +14,21 @@ import pytest
 
 from albert import fileio
 from albert.data import features as feature_lib
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED_GLUE = REPO.parent / "shared" / "data" / "glue"
+SPM_MODEL = str(REPO / "tests" / "fixtures" / "tokenizer" / "tiny.model")
+# Writes the file named by argv[1] until it reads a line: prints its temporary name first.
+_WRITER = textwrap.dedent("""
+    import sys
+    from albert import fileio
+    with fileio.atomic_path(sys.argv[1]) as temporary:
+        with open(temporary, "wb") as f:
+            f.write(b"the writer's ")
+            print(temporary, flush=True)
+            sys.stdin.readline()
+            f.write(b"whole file")
+""")
 
 
 def _dead_pid():
@@ -96,3 +112,140 @@ def test_a_killed_feature_cache_write_is_cleaned_when_the_cache_is_made(tmp_path
 def test_a_pid_that_cannot_be_checked_counts_as_running(pid, alive):
     assert fileio.process_is_alive(pid) is alive
     assert fileio.process_is_alive(_dead_pid()) is False
+
+
+def _can_unshare_pids():
+    command = ["unshare", "--pid", "--fork", "--mount-proc", "true"]
+    with contextlib.suppress(OSError):
+        return subprocess.run(command, capture_output=True).returncode == 0
+    return False
+
+
+@pytest.mark.skipif(not _can_unshare_pids(), reason="no `unshare --pid` (needs root on Linux)")
+def test_a_running_writer_of_another_pid_namespace_keeps_its_file(tmp_path):
+    # Containers sharing the host's name (host networking) number processes apart: from a
+    # new pid namespace, this host's running writer has a pid that no process there has.
+    path = tmp_path / "features" / "train.tfrecord"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    temporary = Path(writer.stdout.readline().strip())
+    cleaner = f"from albert import fileio; fileio.write_text({str(path)!r}, 'other')"
+    command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", cleaner]
+    try:
+        subprocess.run(command, check=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        kept = temporary.exists()
+    finally:
+        writer.communicate("go\n", timeout=60)
+    assert kept and writer.returncode == 0
+    assert path.read_bytes() == b"the writer's whole file"
+
+
+def test_a_name_too_long_to_carry_its_writer_is_still_written(tmp_path):
+    # 215 bytes: its temporary fits in 255 bytes only without the writer's pid and host.
+    path = tmp_path / ("p" * 206 + ".tfrecord")
+    fileio.write_text(str(path), "whole")
+    assert path.read_text() == "whole" and list(tmp_path.iterdir()) == [path]
+    writer = f".{os.getpid()}.{fileio._host()}"
+    assert fileio.temporary_path(str(tmp_path / "short")).endswith(writer)
+
+
+def test_a_folder_moved_aside_by_a_killed_swap_stays_until_a_new_one_is_in_place(tmp_path):
+    path = tmp_path / "export"
+    with fileio.atomic_directory(str(path)) as temporary:
+        Path(temporary).mkdir()
+        (Path(temporary) / "saved_model.pb").write_text("v1")
+    # Killed between its two renames: v1 moved aside, v2 not yet at `path`.
+    script = textwrap.dedent(f"""
+        import os
+        import tensorflow as tf
+        from albert import fileio
+        rename = tf.io.gfile.rename
+        renames = []
+        def rename_then_die(source, target, overwrite=False):
+            if renames:
+                os._exit(9)
+            renames.append(source)
+            rename(source, target, overwrite)
+        tf.io.gfile.rename = rename_then_die
+        with fileio.atomic_directory({str(path)!r}) as temporary:
+            os.makedirs(temporary)
+            with open(os.path.join(temporary, "saved_model.pb"), "w") as f:
+                f.write("v2")
+    """)
+    assert subprocess.run([sys.executable, "-c", script]).returncode == 9
+    assert not path.exists()
+    with pytest.raises(RuntimeError), fileio.atomic_directory(str(path)) as temporary:
+        raise RuntimeError("the next export fails")
+    saved = sorted(p.read_text() for p in tmp_path.glob(".export.tmp-*/saved_model.pb"))
+    assert saved == ["v1", "v2"]
+    with fileio.atomic_directory(str(path)) as temporary:
+        Path(temporary).mkdir()
+        (Path(temporary) / "saved_model.pb").write_text("v3")
+    assert list(tmp_path.iterdir()) == [path] and (path / "saved_model.pb").read_text() == "v3"
+
+
+def test_off_posix_no_process_is_signalled_and_every_writer_counts_as_running(monkeypatch):
+    # On Windows os.kill(pid, 0) is TerminateProcess: it would end the writer, or whatever
+    # process now has a dead writer's pid, instead of checking it.
+    dead, signalled = _dead_pid(), []
+    monkeypatch.setattr(os, "kill", lambda *args: signalled.append(args))
+    monkeypatch.setattr(os, "name", "nt")
+    alive = fileio.process_is_alive(dead)
+    monkeypatch.undo()  # before pytest reports: it reads os.name
+    assert alive is True and signalled == []
+
+
+# Caches MRPC's training features in argv[1], SIGKILLed by the kernel after 2 records.
+_KILLED_CACHE = textwrap.dedent(f"""
+    import os, signal, sys
+    import tensorflow as tf
+    from albert import fileio
+    from albert.data import glue
+    from albert.tokenization import FullTokenizer
+
+    class KilledWriter(tf.io.TFRecordWriter):
+        def __init__(self, path):
+            super().__init__(path)
+            self.path, self.records = path, 0
+
+        def write(self, record):
+            super().write(record)
+            self.records += 1
+            if fileio.is_temporary(self.path) and self.records == 2:
+                self.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    tf.io.TFRecordWriter = KilledWriter
+    tokenizer = FullTokenizer(spm_model_file={SPM_MODEL!r})
+    glue.load_features("mrpc", {str(SHARED_GLUE)!r}, "train", tokenizer, 32, sys.argv[1])
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED_GLUE.is_dir(), reason="shared GLUE sample absent")
+def test_a_feature_cache_killed_by_sigkill_is_cleaned_and_rebuilt_whole(tmp_path):
+    from albert.data import glue
+    from albert.tokenization import FullTokenizer
+
+    def cache(directory):
+        tokenizer = FullTokenizer(spm_model_file=SPM_MODEL)
+        cached = glue.load_features("mrpc", str(SHARED_GLUE), "train", tokenizer, 32, directory)
+        return cached, [{k: v.numpy().tolist() for k, v in f.items()} for f in cached.dataset]
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    killed = subprocess.run([sys.executable, "-c", _KILLED_CACHE, str(tmp_path)], env=env)
+    assert killed.returncode == -9
+    [leftover] = [p for p in tmp_path.iterdir()]
+    assert fileio.is_temporary(leftover.name) and leftover.stat().st_size > 0
+    cached, features = cache(str(tmp_path))
+    assert not cached.from_cache and not leftover.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        Path(cached.path).name,
+        Path(cached.path).name + ".json",
+    ]
+    assert features == cache(str(tmp_path / "uninterrupted"))[1] and len(features) == 6

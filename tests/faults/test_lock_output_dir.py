@@ -119,3 +119,21 @@ def test_on_a_non_local_filesystem_the_lock_is_best_effort(tmp_path):
         with tf.io.gfile.GFile(lock) as f:
             assert f"pid = {os.getpid()}\n" in f.read()
     assert not tf.io.gfile.exists(lock)
+
+
+def test_on_a_non_local_filesystem_another_containers_lock_is_refused():
+    # A container sharing this host's name (host networking) numbers its processes apart:
+    # its running holder's pid may be free here, so it cannot be checked from here.
+    import tensorflow as tf
+
+    output_dir = "ram://lock_test/container"
+    lock = f"{output_dir}/{LOCK_FILE}"
+    tf.io.gfile.makedirs(output_dir)
+    holder = f"host = {socket.gethostname()}\npid = {_dead_pid()}\npid_namespace = pidns1\n"
+    with tf.io.gfile.GFile(lock, "w") as f:
+        f.write(holder)
+    with pytest.raises(OutputDirLockedError, match="in another container, so not checked"):
+        with output_dir_lock(output_dir):
+            pass
+    with tf.io.gfile.GFile(lock) as f:
+        assert f.read() == holder
