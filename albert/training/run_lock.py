@@ -1,8 +1,8 @@
 """One run per output directory: a lock file naming the run that holds it.
 
 `output_dir/run.lock` holds `host = ...`, `pid = ...`, `pid_namespace = ...`, `started = ...`
-and `command = ...` lines. A second run on the same directory stops at once with one sentence naming the
-holder, instead of both writing checkpoints into the same place.
+and `command = ...` lines. A second run on the same directory stops at once with one sentence
+naming the holder, instead of both writing checkpoints into the same place.
 
 - Local paths: the file is also `flock`ed while the run lives, so the kernel releases it
   when the process dies however it dies. A lock file whose flock is free was left by a dead
