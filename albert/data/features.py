@@ -262,7 +262,10 @@ def _serialize(feature, schema, index):
             entries[name] = tf.train.Feature(float_list=tf.train.FloatList(value=values))
         else:
             entries[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-    return tf.train.Example(features=tf.train.Features(feature=entries)).SerializeToString()
+    # Deterministic: map entries in key order, so the same features give the same bytes in
+    # every process (Python's hash seed changes the order otherwise).
+    example = tf.train.Example(features=tf.train.Features(feature=entries))
+    return example.SerializeToString(deterministic=True)
 
 
 def schema_path(records_path):

@@ -79,7 +79,7 @@ def serialize_instance(
         "next_sentence_labels": _int64_feature([next_sentence_label]),
     }
     example = tf.train.Example(features=tf.train.Features(feature=features))
-    return example.SerializeToString()
+    return example.SerializeToString(deterministic=True)  # the same bytes in every process
 
 
 def feature_spec(max_seq_length, max_predictions_per_seq):
@@ -117,7 +117,7 @@ def padding_record(max_seq_length, max_predictions_per_seq):
         serialize_instance([], [], [], [], [], 0, max_seq_length, max_predictions_per_seq)
     )
     example.features.feature[IS_REAL_EXAMPLE].int64_list.value.append(0)
-    return example.SerializeToString()
+    return example.SerializeToString(deterministic=True)
 
 
 def expand_file_patterns(patterns):
