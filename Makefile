@@ -2,16 +2,18 @@
 # the slow tier included (tests/test_packaging.py builds the wheel and installs it into a fresh
 # virtual environment from the package registry: about two minutes).
 # Tests run in parallel processes (pytest-xdist), one per core, at most 4: every test's
-# subprocesses and TensorFlow threads stay within what a small machine holds.
+# subprocesses and TensorFlow threads stay within what a small machine holds. `--dist loadgroup`
+# keeps the tests marked `xdist_group` on one worker, so an expensive module fixture they share
+# (a trained run, every module imported) is built once, not once per worker.
 # `make test-fast` is for the edit-test loop: the tests not marked `slow`, without the lint step.
 .PHONY: test test-fast lint format
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 test: lint
-	python -m pytest -n auto --maxprocesses=4
+	python -m pytest -n auto --maxprocesses=4 --dist loadgroup
 
 test-fast:
-	python -m pytest -m "not slow" -n auto --maxprocesses=4
+	python -m pytest -m "not slow" -n auto --maxprocesses=4 --dist loadgroup
 
 lint:
 	ruff check .

@@ -59,6 +59,7 @@ def helpshort():
 
 
 @pytest.mark.parametrize("module", MODULES)
+@pytest.mark.xdist_group("entry_points_help")  # one worker: the module fixture is built once
 def test_module_imports_and_prints_its_usage(helpshort, module):
     returncode, stdout, stderr = helpshort[module]
     # absl prints the main module's docstring and exits with 1 after --helpshort.

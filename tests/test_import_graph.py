@@ -102,6 +102,7 @@ def test_the_walk_finds_the_package():
 # Slow tier: importing every module in child processes takes about 30 s.
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MODULES))
+@pytest.mark.xdist_group("import_graph")  # one worker: the module fixture is built once
 def test_module_imports(import_results, name):
     error = import_results[name]
     assert error is None, f"import {name} failed:\n{error['traceback']}"
