@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import uuid
 
 import apache_beam as beam
 import tensorflow as tf
@@ -118,9 +117,12 @@ def run_pipeline(config, inputs, outputs, per_shard, pipeline_options):
 
     Shards that got no instance have no temporary file; the caller writes them empty.
     """
-    run_id = uuid.uuid4().hex
     parent = config.temp_dir or os.path.dirname(outputs[0]) or "."
-    part_directory = os.path.join(parent, f".albert-beam-{run_id}")
+    # `.albert-beam.tmp-<hex>.<pid>.<host>`: the parts of a launcher killed on this host (a
+    # copy of the corpus's instances) are removed by the next run (`fileio`).
+    parts_name = os.path.join(parent, ".albert-beam")
+    fileio.remove_dead_temporaries(parts_name)
+    part_directory = fileio.temporary_path(parts_name)
     tf.io.gfile.makedirs(part_directory)
     temporaries = [fileio.temporary_path(path) for path in outputs]
     for path in outputs:

@@ -386,19 +386,9 @@ def _bucket_directory(config, outputs):
     host = socket.gethostname()
     for leftover in glob.glob(os.path.join(parent, f".albert-shuffle-{glob.escape(host)}-*")):
         pid = leftover.rsplit("-", 1)[-1]
-        if pid.isdigit() and (int(pid) == os.getpid() or not _process_alive(int(pid))):
+        if pid.isdigit() and (int(pid) == os.getpid() or not fileio.process_is_alive(pid)):
             shutil.rmtree(leftover, ignore_errors=True)
     return os.path.join(parent, f".albert-shuffle-{host}-{os.getpid()}")
-
-
-def _process_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _scatter(config, runner, tasks, bucket_writer, summary, start):
@@ -505,6 +495,14 @@ def _no_instance_error(config):
     )
 
 
+def _remove_leftovers(output_files):
+    """Deletes the temporary shards that killed runs of either engine left beside the outputs
+    (any writer's: two runs writing the same outputs at once would clash anyway)."""
+    for path in output_files:
+        for leftover in fileio.leftover_temporaries(path):
+            fileio.remove_quietly(leftover)
+
+
 def _create_locally(config, input_files, output_files, per_shard, summary, worker, start):
     """The default engine: worker processes on this machine, buckets on local disk."""
     num_workers = config.num_workers or available_cores()
@@ -513,9 +511,7 @@ def _create_locally(config, input_files, output_files, per_shard, summary, worke
     bucket_directory = None
     try:
         stale = _check_stale_shards(config, output_files)
-        for path in output_files:  # What killed runs left behind.
-            for leftover in fileio.leftover_temporaries(path):
-                fileio.remove_quietly(leftover)
+        _remove_leftovers(output_files)
         bucket_directory = _bucket_directory(config, output_files)
         bucket_writer = shuffle.BucketWriter(bucket_directory, summary.buckets)
         _scatter(config, runner, tasks, bucket_writer, summary, start)
@@ -542,6 +538,7 @@ def _create_with_beam(config, input_files, output_files, per_shard, summary):
             "`pip install apache-beam` (or `pip install .[beam]`)."
         ) from None
     stale = _check_stale_shards(config, output_files)
+    _remove_leftovers(output_files)
     counters, temporaries = beam_pipeline.run_pipeline(
         config, input_files, output_files, per_shard, config.beam_pipeline_options
     )

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from albert import fileio
 from albert.data import order_quality, shuffle
 from albert.data.create_pretraining_data import (
     PretrainingDataConfig,
@@ -279,6 +280,14 @@ def test_beam_direct_runner_writes_the_same_bytes(tmp_path, corpus_file, spm_mod
     local = create_pretraining_data(
         _config(corpus_file, spm_model, tmp_path / "local" / "d", num_output_shards=3)
     )
+    # What a launcher killed on this host left: a shard's temporary and its parts folder.
+    (tmp_path / "beam").mkdir()
+    (tmp_path / "beam" / ".d-00001-of-00003.tmp-0123abcd").write_bytes(b"half a shard")
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    parts = tmp_path / "beam" / f"..albert-beam.tmp-{'ab' * 16}.{finished.pid}.{fileio._host()}"
+    (parts / "part-000001").parent.mkdir()
+    (parts / "part-000001").write_bytes(b"instances")
     beam = create_pretraining_data(
         _config(
             corpus_file,
