@@ -3,7 +3,6 @@ of the same file, once that writer's process has ended; a running writer's file,
 host's and a name without a writer are left alone."""
 
 import contextlib
-import logging
 import os
 import subprocess
 import sys
@@ -64,15 +63,14 @@ def _kill_midway(call, path):
     return sorted(path.parent.glob(f".{path.name}{fileio.TEMPORARY_MARK}*"))
 
 
-def test_a_killed_writers_file_is_removed_by_the_next_write(tmp_path, caplog):
+def test_a_killed_writers_file_is_removed_by_the_next_write(tmp_path, absl_caplog):
     path = tmp_path / "eval_results.txt"
     path.write_text("old\n")
     [leftover] = _kill_midway("atomic_path", path)
     assert path.read_text() == "old\n"
-    caplog.set_level(logging.INFO)
     fileio.write_text(str(path), "new\n")
     assert path.read_text() == "new\n" and not leftover.exists()
-    assert f"Removing {leftover}, left by a write killed midway." in caplog.text
+    assert f"Removing {leftover}, left by a write killed midway." in absl_caplog.text
     assert list(tmp_path.iterdir()) == [path]
 
 
