@@ -34,7 +34,9 @@ import dataclasses
 import gc
 import io
 import json
+import lzma
 import zipfile
+import zlib
 
 import numpy as np
 import tensorflow as tf
@@ -50,6 +52,21 @@ from albert.progress import Progress
 FIRST_UNIQUE_ID = 1000000000
 # Bump when the sidecar's arrays change (`write_metadata`), so an old one is rebuilt.
 METADATA_FORMAT_VERSION = 2
+# What np.load and zipfile raise on a damaged sidecar: a cut or a bad CRC (BadZipFile,
+# EOFError); a damaged zip header that names another compression method or encryption
+# (NotImplementedError and RuntimeError, OSError from bz2, zlib.error, lzma.LZMAError); a
+# damaged array header (ValueError); an array missing or too short (KeyError, IndexError).
+_DAMAGED_METADATA_ERRORS = (
+    zipfile.BadZipFile,
+    EOFError,
+    RuntimeError,
+    OSError,
+    zlib.error,
+    lzma.LZMAError,
+    KeyError,
+    ValueError,
+    IndexError,
+)
 
 
 class SquadDataError(AlbertError):
@@ -434,6 +451,6 @@ def read_metadata(path: str, tokenizer, max_seq_length: int) -> list:
             version = int(columns["format_version"])
             if version == METADATA_FORMAT_VERSION:
                 return _features_from_columns(columns, tokenizer, max_seq_length)
-    except (zipfile.BadZipFile, EOFError, KeyError, ValueError, IndexError) as e:
+    except _DAMAGED_METADATA_ERRORS as e:
         raise MetadataError(f"{path} is truncated or damaged ({e})") from None
     raise MetadataError(f"{path} has format version {version}, not {METADATA_FORMAT_VERSION}")

@@ -447,6 +447,30 @@ def test_predict_metadata_is_read_as_columns(tmp_path, monkeypatch, absl_caplog)
     assert sidecar.read_bytes() == written
 
 
+@pytest.mark.parametrize(
+    "offset, value",
+    [(10, 12), (10, 99), (8, 1)],  # bzip2 (OSError), an unknown method, encrypted (RuntimeError)
+    ids=["bzip2", "unknown-method", "encrypted"],
+)
+def test_a_sidecar_with_a_damaged_zip_header_is_rebuilt(tmp_path, absl_caplog, offset, value):
+    """One damaged byte of the zip's central directory (a member's compression method or
+    flags) is a warning and a rebuild, not a traceback from zipfile."""
+    tokenizer = FullTokenizer(spm_model_file=MODEL, do_lower_case=True)
+    squad_file = cache_squad_file(tmp_path)
+    settings = dict(max_seq_length=32, doc_stride=8, max_query_length=8)
+    first = load_features(squad_file, tokenizer, False, cache_dir=str(tmp_path / "c"), **settings)
+    sidecar = Path(squad_features.metadata_path(first.path))
+    written = sidecar.read_bytes()
+    damaged = bytearray(written)
+    entry = damaged.index(b"PK\x01\x02")  # the first member's central directory entry
+    damaged[entry + offset : entry + offset + 2] = value.to_bytes(2, "little")
+    sidecar.write_bytes(bytes(damaged))
+    again = load_features(squad_file, tokenizer, False, cache_dir=str(tmp_path / "c"), **settings)
+    assert f"{sidecar} is truncated or damaged (" in absl_caplog.text
+    assert not again.from_cache and again.features == first.features
+    assert sidecar.read_bytes() == written
+
+
 def test_shared_dev_v2(tmp_path):
     if not SHARED_SQUAD.is_file():
         pytest.skip("shared/data/squad/dev-v2.0.json is not present")
