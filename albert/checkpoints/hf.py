@@ -18,6 +18,7 @@ initialises from the encoder.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -480,8 +481,13 @@ def save(model, directory: str, labels=None, problem_type=None) -> str:
         # E == H: HF always builds the projection; the identity is the original's function.
         arrays[_MAPPING_WEIGHT] = np.eye(config.hidden_size, dtype="float32")
         arrays[_MAPPING_BIAS] = np.zeros(config.hidden_size, dtype="float32")
-    save_file(arrays, temporary, metadata={"format": "pt"})
-    os.replace(temporary, weights)
+    try:
+        save_file(arrays, temporary, metadata={"format": "pt"})
+        os.replace(temporary, weights)
+    except BaseException:  # a full disk: no half file left beside the folder's others
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
     if task_architecture:
         architecture = task_architecture
     elif bound[SENTENCE_ORDER]:

@@ -71,6 +71,20 @@ def test_round_trip_preserves_every_tensor(tmp_path):
     assert read_config(str(tmp_path / "out")) == read_config(HF_FIXTURE)
 
 
+def test_a_failed_weights_write_leaves_no_half_file(tmp_path, monkeypatch):
+    from albert.checkpoints import hf
+
+    def full_disk(arrays, path, metadata=None):
+        with open(path, "wb") as f:
+            f.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hf, "save_file", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        save_checkpoint(AlbertPretrainer(tiny_config()), str(tmp_path / "out"), "hf")
+    assert os.listdir(tmp_path / "out") == []
+
+
 def test_tied_decoder_copies_and_buffers_are_tolerated(tmp_path):
     def add_tied(tensors):
         tensors["predictions.decoder.weight"] = tensors["albert.embeddings.word_embeddings.weight"]
