@@ -118,7 +118,7 @@ def run_pipeline(config, inputs, outputs, per_shard, pipeline_options):
     Shards that got no instance have no temporary file; the caller writes them empty.
     """
     parent = config.temp_dir or os.path.dirname(outputs[0]) or "."
-    # `.albert-beam.tmp-<hex>.<pid>.<host>`: the parts of a launcher killed on this host (a
+    # `..albert-beam.tmp-<hex>.<pid>.<host>`: the parts of a launcher killed on this host (a
     # copy of the corpus's instances) are removed by the next run (`fileio`).
     parts_name = os.path.join(parent, ".albert-beam")
     fileio.remove_dead_temporaries(parts_name)
