@@ -101,15 +101,22 @@ def test_the_lock_is_reentrant_within_a_process(tmp_path):
     assert not (tmp_path / LOCK_FILE).exists()
 
 
+def _ram_lock(name, text):
+    """(output_dir, its lock file) on ram://, the lock file holding `text`."""
+    import tensorflow as tf
+
+    output_dir = f"ram://lock_test/{name}"
+    tf.io.gfile.makedirs(output_dir)
+    with tf.io.gfile.GFile(f"{output_dir}/{LOCK_FILE}", "w") as f:
+        f.write(text)
+    return output_dir, f"{output_dir}/{LOCK_FILE}"
+
+
 def test_on_a_non_local_filesystem_the_lock_is_best_effort(tmp_path):
     import tensorflow as tf
 
-    output_dir = "ram://lock_test/run"
-    lock = f"{output_dir}/{LOCK_FILE}"
-    tf.io.gfile.makedirs(output_dir)
     alive = f"host = {socket.gethostname()}\npid = {os.getppid()}\nstarted = now\n"
-    with tf.io.gfile.GFile(lock, "w") as f:
-        f.write(alive)
+    output_dir, lock = _ram_lock("run", alive)
     with pytest.raises(OutputDirLockedError, match=f"pid {os.getppid()}, started now"):
         with output_dir_lock(output_dir):
             pass
@@ -126,12 +133,8 @@ def test_on_a_non_local_filesystem_another_containers_lock_is_refused():
     # its running holder's pid may be free here, so it cannot be checked from here.
     import tensorflow as tf
 
-    output_dir = "ram://lock_test/container"
-    lock = f"{output_dir}/{LOCK_FILE}"
-    tf.io.gfile.makedirs(output_dir)
     holder = f"host = {socket.gethostname()}\npid = {_dead_pid()}\npid_namespace = pidns1\n"
-    with tf.io.gfile.GFile(lock, "w") as f:
-        f.write(holder)
+    output_dir, lock = _ram_lock("container", holder)
     with pytest.raises(OutputDirLockedError, match="in another container, so not checked"):
         with output_dir_lock(output_dir):
             pass
