@@ -3,8 +3,9 @@
 # virtual environment from the package registry: about two minutes).
 # Tests run in parallel processes (pytest-xdist), one per core, at most 4: every test's
 # subprocesses and TensorFlow threads stay within what a small machine holds. `--dist loadgroup`
-# keeps the tests marked `xdist_group` on one worker, so an expensive module fixture they share
-# (a trained run, every module imported) is built once, not once per worker.
+# keeps the tests marked `xdist_group` on one worker, so a module fixture they share and that
+# is all their cost (every module imported, every --helpshort run) is built once, not once per
+# worker. Groups of long tests are left out: one worker running them all would end last.
 # `make test-fast` is for the edit-test loop: the tests not marked `slow`, without the lint step.
 .PHONY: test test-fast lint format
 export TF_CPP_MIN_LOG_LEVEL ?= 2
