@@ -86,11 +86,11 @@ def dead_writers_temporaries(path: str) -> list:
     A leftover of a running process, of another host (whose processes cannot be checked) or
     with no writer in its name (written before names carried one) is not listed.
     """
-    dead = []
+    dead, host = [], _host()
     for leftover in leftover_temporaries(path):
         # <hex>.<pid>.<host>: the host may hold dots, the hex and the pid do not.
         writer = os.path.basename(leftover).rsplit(TEMPORARY_MARK, 1)[1].split(".", 2)
-        if len(writer) == 3 and writer[2] == _host() and writer[1].isdigit():
+        if len(writer) == 3 and writer[2] == host and writer[1].isdigit():
             if not process_is_alive(writer[1]):
                 dead.append(leftover)
     return dead
