@@ -162,6 +162,22 @@ def atomic_path(path: str):
 
 
 @contextlib.contextmanager
+def local_atomic_path(path: str, suffix: str = ""):
+    """`atomic_path` for a local file without importing TensorFlow (the HF and Keras weight
+    writers): yields `<path without suffix>.tmp-<hex><suffix>` beside it (Keras wants its
+    `.weights.h5`), renamed to `path` when the block succeeds, removed on an exception."""
+    stem = path[: -len(suffix)] if suffix else path
+    temporary = f"{stem}{TEMPORARY_MARK}{uuid.uuid4().hex}{suffix}"
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
+
+
+@contextlib.contextmanager
 def atomic_open(path: str, mode: str = "w"):
     """`tf.io.gfile.GFile(path, mode)`, but written to a temporary name and renamed at the end.
 

@@ -18,16 +18,15 @@ initialises from the encoder.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import uuid
 
 import numpy as np
 from absl import logging
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
+from albert import fileio
 from albert.checkpoints import hf_heads
 from albert.checkpoints.hf_heads import head_architecture
 from albert.checkpoints.table import (
@@ -472,22 +471,16 @@ def save(model, directory: str, labels=None, problem_type=None) -> str:
         # pooler); an AlbertForMaskedLM input held none, so ours has only initial values.
         bound[BACKBONE] = {k: v for k, v in bound[BACKBONE].items() if k not in _POOLER}
     os.makedirs(directory, exist_ok=True)
-    # Each file is written under a temporary name and renamed whole (as albert.fileio does,
-    # without importing TensorFlow). HF's loader checks the file says it holds torch tensors.
+    # Each file is written under a temporary name and renamed whole (`local_atomic_path`:
+    # no TensorFlow). HF's loader checks the file says it holds torch tensors.
     weights = os.path.join(directory, WEIGHTS_FILE)
-    temporary = f"{weights}.tmp-{uuid.uuid4().hex}"
     arrays = export_arrays(bound)
     if model_parts(model)[BACKBONE].embeddings.embedding_hidden_mapping_in is None:
         # E == H: HF always builds the projection; the identity is the original's function.
         arrays[_MAPPING_WEIGHT] = np.eye(config.hidden_size, dtype="float32")
         arrays[_MAPPING_BIAS] = np.zeros(config.hidden_size, dtype="float32")
-    try:
+    with fileio.local_atomic_path(weights) as temporary:
         save_file(arrays, temporary, metadata={"format": "pt"})
-        os.replace(temporary, weights)
-    except BaseException:  # a full disk: no half file left beside the folder's others
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
-        raise
     if task_architecture:
         architecture = task_architecture
     elif bound[SENTENCE_ORDER]:
@@ -495,9 +488,10 @@ def save(model, directory: str, labels=None, problem_type=None) -> str:
     else:
         architecture = "AlbertForMaskedLM" if bound[MASKED_LM] else "AlbertModel"
     config_path = os.path.join(directory, CONFIG_FILE)
-    temporary = f"{config_path}.tmp-{uuid.uuid4().hex}"
-    with open(temporary, "w", encoding="utf-8") as f:
+    with (
+        fileio.local_atomic_path(config_path) as temporary,
+        open(temporary, "w", encoding="utf-8") as f,
+    ):
         json.dump({**config_to_hf(config, architecture), **task_keys}, f, indent=2, sort_keys=True)
         f.write("\n")
-    os.replace(temporary, config_path)
     return directory

@@ -11,8 +11,8 @@ same config and class, the structure, and so every weight, is the same.
 from __future__ import annotations
 
 import os
-import uuid
 
+from albert import fileio
 from albert.checkpoints.stored_model import stored_task_head
 from albert.checkpoints.table import (
     BACKBONE,
@@ -190,9 +190,7 @@ def save(model, directory: str) -> str:
         if os.path.isfile(os.path.join(directory, stale)):
             os.remove(os.path.join(directory, stale))
     file = os.path.join(directory, name)
-    # Written under a temporary name (Keras wants the suffix) and renamed whole.
-    temporary = os.path.join(directory, f"{name[: -len(_SUFFIX)]}.tmp-{uuid.uuid4().hex}{_SUFFIX}")
-    model.save_weights(temporary)
-    os.replace(temporary, file)
+    with fileio.local_atomic_path(file, _SUFFIX) as temporary:  # Keras wants the suffix
+        model.save_weights(temporary)
     model_parts(model)[BACKBONE].config.to_json_file(os.path.join(directory, CONFIG_FILE))
     return file

@@ -148,3 +148,17 @@ def test_a_run_directory_is_its_newest_checkpoint_not_a_stale_export(tmp_path, b
     (file,) = tmp_path.glob("*.weights.h5")
     assert load_checkpoint(model, str(file)).format == "keras"
     _assert_same_weights(model.weights, exported.weights)
+
+
+def test_a_failed_weights_write_leaves_no_half_file(tmp_path, monkeypatch):
+    model = AlbertPretrainer(tiny_config())
+
+    def full_disk(path):
+        with open(path, "wb") as f:
+            f.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(model, "save_weights", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        save_checkpoint(model, str(tmp_path / "out"), "keras")
+    assert [p.name for p in (tmp_path / "out").iterdir() if ".tmp-" in p.name] == []
