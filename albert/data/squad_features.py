@@ -174,18 +174,30 @@ def doc_spans(num_tokens: int, max_tokens_for_doc: int, doc_stride: int) -> list
         start += min(length, doc_stride)
 
 
-def is_max_context(spans, span_index: int, position: int) -> bool:
-    """BERT's rule: is `spans[span_index]` the window where context token `position` has the
-    most context, scored min(left, right) + 0.01 * window length (first window wins ties)?"""
-    best_score, best_index = None, None
+def max_context_windows(spans) -> list[int]:
+    """BERT's rule for every context token at once: the index of the window in which each
+    token has the most context, scored min(left, right) + 0.01 * window length (the first
+    window wins ties). One pass over the windows, not one per token and window.
+
+    Returns:
+        [num_tokens] window indices (tokens no window covers get -1).
+    """
+    num_tokens = max((start + length for start, length in spans), default=0)
+    best_index, best_score = [-1] * num_tokens, [float("-inf")] * num_tokens
     for index, (start, length) in enumerate(spans):
         end = start + length - 1
-        if not start <= position <= end:
-            continue
-        score = min(position - start, end - position) + 0.01 * length
-        if best_score is None or score > best_score:
-            best_score, best_index = score, index
-    return best_index == span_index
+        for position in range(start, end + 1):
+            score = min(position - start, end - position) + 0.01 * length
+            if score > best_score[position]:
+                best_score[position], best_index[position] = score, index
+    return best_index
+
+
+def is_max_context(spans, span_index: int, position: int) -> bool:
+    """Whether `spans[span_index]` is the window where context token `position` has the most
+    context (`max_context_windows`)."""
+    windows = max_context_windows(spans)
+    return position < len(windows) and windows[position] == span_index
 
 
 def _answer_tokens(example, starts, ends):
@@ -261,6 +273,7 @@ def iter_features(examples, tokenizer, max_seq_length, doc_stride, max_query_len
         query_ids = tokenizer.convert_tokens_to_ids(query_tokens)
         doc_offset = len(query_tokens) + 2  # Feature index of the first context token.
         spans = doc_spans(len(doc_tokens), max_seq_length - len(query_tokens) - 3, doc_stride)
+        best_window = max_context_windows(spans)  # [context tokens]
         for span_index, (span_start, span_length) in enumerate(spans):
             window = range(span_start, span_start + span_length)
             window_tokens = doc_tokens[window.start : window.stop]
@@ -276,8 +289,7 @@ def iter_features(examples, tokenizer, max_seq_length, doc_stride, max_query_len
                     doc_offset + i - span_start: (starts[i], ends[i]) for i in window
                 },
                 token_is_max_context={
-                    doc_offset + i - span_start: is_max_context(spans, span_index, i)
-                    for i in window
+                    doc_offset + i - span_start: best_window[i] == span_index for i in window
                 },
                 is_impossible=is_training and example.is_impossible,
                 **packed,

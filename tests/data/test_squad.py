@@ -20,6 +20,7 @@ from albert.data.squad_features import (
     convert_examples_to_features,
     doc_spans,
     is_max_context,
+    max_context_windows,
 )
 from albert.metrics.squad import evaluate_v2
 from albert.metrics.squad_threshold import tune_null_threshold
@@ -151,6 +152,28 @@ def test_doc_spans_and_max_context():
     assert doc_spans(5, 10, 3) == [(0, 5)]
     assert doc_spans(0, 10, 3) == [(0, 0)]  # An empty context still gets one window.
     assert doc_spans(7, 4, 8) == [(0, 4), (4, 3)]  # A stride past the window moves by its length.
+
+
+def _max_context_window_by_scan(spans, position):
+    """The original's `_check_is_max_context`: every window scored for one token."""
+    best_score, best_index = None, None
+    for index, (start, length) in enumerate(spans):
+        end = start + length - 1
+        if start <= position <= end:
+            score = min(position - start, end - position) + 0.01 * length
+            if best_score is None or score > best_score:
+                best_score, best_index = score, index
+    return best_index
+
+
+@pytest.mark.parametrize("num_tokens", [0, 1, 9, 10, 57, 300])
+@pytest.mark.parametrize("window, stride", [(4, 3), (4, 1), (7, 2), (64, 32), (5, 9)])
+def test_max_context_windows_match_the_original_per_token_scan(num_tokens, window, stride):
+    spans = doc_spans(num_tokens, window, stride)
+    windows = max_context_windows(spans)
+    assert len(windows) == num_tokens
+    for position in range(num_tokens):
+        assert windows[position] == _max_context_window_by_scan(spans, position), position
 
 
 def test_conversion_logs_its_progress(tmp_path, monkeypatch, absl_caplog):
