@@ -328,6 +328,7 @@ def read_feature_records(path, num_shards=1, shard_index=0):
     dataset = tf.data.TFRecordDataset(path)
     if num_shards > 1:
         dataset = dataset.shard(num_shards, shard_index)
+    parse = tf.autograph.experimental.do_not_convert(parse)  # Python branches only
     dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset, meta["num_examples"]
 

@@ -349,7 +349,7 @@ def load_features(
         cached.num_examples,
         f"read from {path}" if cached.from_cache else "tokenized",
     )
-    dataset = cached.dataset.map(to_choices)
+    dataset = cached.dataset.map(tf.autograph.experimental.do_not_convert(to_choices))
     return RaceFeatures(examples, dataset, cached.num_examples, cached.from_cache, path)
 
 

@@ -430,6 +430,9 @@ def pretraining_dataset(
         return features if vocab_size is None else check_token_ids(features, vocab_size)
 
     # One map, as before the id check: a saved input position of an earlier run still restores.
+    # Traced as written (no autograph: it branches on Python values only), which saves
+    # converting the dozen functions it calls at every start.
+    parse = tf.autograph.experimental.do_not_convert(parse)
     dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE)
 

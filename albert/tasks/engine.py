@@ -241,6 +241,9 @@ class FineTuningTask(TrainingTask):
                 for name, value in features.items()
             }
 
+        # Traced as written: autograph would convert it (and find nothing to convert) at
+        # every start.
+        reshape = tf.autograph.experimental.do_not_convert(reshape)
         return dataset.map(reshape, num_parallel_calls=tf.data.AUTOTUNE)
 
     def train_dataset(self, input_context, seed):
@@ -269,6 +272,7 @@ class FineTuningTask(TrainingTask):
             index = position * pipelines + pipeline
             return {**features, predict.EXAMPLE_INDEX: tf.cast(index, tf.int32)}
 
+        number = tf.autograph.experimental.do_not_convert(number)  # traced as written
         dataset = self._read(role, input_context).enumerate().map(number)
         dataset = dataset.concatenate(
             feature_lib.padding_dataset(dataset.element_spec, share - real)

@@ -134,6 +134,7 @@ class DistributedInput:
                 strategy.distribute_datasets_from_function(dataset_fn)
             )
 
+    @tf.autograph.experimental.do_not_convert  # Python branches only
     def get_next(self):
         """The next per-replica batch as distributed values (call inside a `tf.function`)."""
         if self._distributed_iterator is not None:

@@ -45,6 +45,7 @@ def add_example_index(dataset):
     def add(index, features):
         return {**features, EXAMPLE_INDEX: tf.cast(index, tf.int32)}
 
+    add = tf.autograph.experimental.do_not_convert(add)  # no branches: traced as written
     return dataset.enumerate().map(add, num_parallel_calls=tf.data.AUTOTUNE)
 
 
@@ -68,6 +69,7 @@ class Predictor:
         self._outputs = None  # output name -> (dtype, rank), from a trace of one step
         self._loop = tf.function(self._loop_fn)
 
+    @tf.autograph.experimental.do_not_convert  # no tensor branches: traced as written
     def _step_fn(self, batch):
         outputs = self.strategy.run(self.step_fn, args=(batch,))
         # Concatenated in replica order (across workers too): [global batch, ...].

@@ -30,6 +30,13 @@ from albert.replica_scope import replica_scope
 # Sums the loop adds to a task's own.
 _LOOP_METRICS = ("examples", "loss", "gradient_norm", "applied_steps")
 
+# Autograph rewrites Python loops and branches on tensors into graph ops, and converts every
+# function a converted one calls: about 40 ms each, at every process start (half a second of a
+# tiny run's startup). Only the loops over `tf.range` need it: the functions they call, the
+# task's and model's code included, branch on Python values only and are traced as written
+# (a Python `if` on a tensor there raises at trace time; it is never silently wrong).
+_as_written = tf.autograph.experimental.do_not_convert
+
 
 class MetricSums:
     """Float sums kept per replica and summed on read (`ON_READ`, `SUM` variables).
@@ -53,11 +60,13 @@ class MetricSums:
                 for name in names
             }
 
+    @_as_written
     def add(self, sums):
         """Adds a dict of local float scalars (in a replica context)."""
         for name, value in sums.items():
             self.variables[name].assign_add(tf.cast(value, tf.float32))
 
+    @_as_written
     def reset(self):
         """Zeroes every replica's copy (call in a cross-replica context)."""
 
@@ -128,11 +137,13 @@ class Trainer:
 
     # --- Replica functions ---------------------------------------------------------------
 
+    @_as_written
     def _normalizers(self, features):
         context = tf.distribute.get_replica_context()
         local = self.task.loss_normalizers(features)
         return context.all_reduce(tf.distribute.ReduceOp.SUM, local)
 
+    @_as_written
     def _forward_backward_fn(self, features, normalizers, replica_id):
         # `replica_id` is a tensor argument, so one trace serves every replica; the model's
         # dropout folds it into its seeds and each replica draws its own masks
@@ -175,6 +186,7 @@ class Trainer:
             sums = {name: value + more_sums[name] for name, value in sums.items()}
         return grads, loss, sums
 
+    @_as_written
     def _apply_gradients(self, grads):
         """Clips the summed gradients, updates the variables and counts the step.
 
@@ -195,6 +207,7 @@ class Trainer:
         grads, loss, sums = self._gradients(features, normalizers, replica_id)
         return loss, sums, self._apply_gradients(grads)
 
+    @_as_written
     def _train_step(self, features):
         context = tf.distribute.get_replica_context()
         normalizers = self._normalizers(features)
@@ -221,6 +234,7 @@ class Trainer:
         sums["applied_steps"] = tf.cast(applied, tf.float32) / num_replicas
         self.train_metrics.add(sums)
 
+    @_as_written
     def _eval_step(self, features, normalizers):
         loss, sums = self.task.compute_loss(self.model, features, normalizers, training=False)
         sums = dict(sums)
