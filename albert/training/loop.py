@@ -332,7 +332,9 @@ def _warn_negative_rates(schedule, step, total):
 
 def _train(state):
     options, task = state.options, state.task
-    writer = ScalarWriter(options.output_dir, enabled=state.chief)
+    # A resumed run trains again the steps after its checkpoint's: TensorBoard drops the
+    # points a killed run wrote there (`ScalarWriter`).
+    writer = ScalarWriter(options.output_dir, enabled=state.chief, start_step=state.step + 1)
     total = options.num_train_steps
     shown = ("loss", *task.logged_metrics, "gradient_norm", "learning_rate")
     progress = ProgressLogger(total, shown)
