@@ -97,6 +97,8 @@ def test_rates_leave_out_the_first_host_call_of_a_process(tmp_path):
     scalars = _train(task, tmp_path / "run", 3, 1)
     assert sorted(scalars["loss"]) == [1, 2, 3]
     assert sorted(scalars["examples_per_second"]) == [2, 3]
+    # Steps/s under the original's tag (a batch of one: the same as examples/s).
+    assert scalars["global_step/sec"] == pytest.approx(scalars["examples_per_second"])
     # Resumed: the new process's first call is left out too.
     scalars = _train(task, tmp_path / "run", 5, 1)
     assert sorted(scalars["examples_per_second"]) == [2, 3, 5]
