@@ -523,6 +523,8 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
         if chief:
             entries = task.eval_results_entries({**results, "checkpoint": path})
             write_eval_results(options.output_dir, entries)
+            if checkpointing.evaluated_step(options.output_dir) is None:
+                _write_eval_point(options.output_dir, metrics, global_step)
     elif do_predict:
         task.final_evaluation = earlier_evaluation(options.output_dir, path, step)
     if do_predict:
@@ -572,6 +574,15 @@ def _evaluate_saved_checkpoints(task, model, strategy, options):
     barrier = worker_barrier(strategy)
     if barrier:
         barrier()
+
+
+def _write_eval_point(output_dir, metrics, step):
+    """The eval/ point of final weights no checkpoint of `output_dir` gave (--do_eval alone on
+    --init_checkpoint), as run_pretraining --do_eval writes one; checkpoints evaluated there
+    (by training or `_evaluate_saved_checkpoints`) have their points already."""
+    writer = ScalarWriter(os.path.join(output_dir, "eval"))
+    writer.write(metrics, step)
+    writer.close()
 
 
 def _final_metrics(task, model, strategy, step, options):

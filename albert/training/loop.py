@@ -332,7 +332,9 @@ def _warn_negative_rates(schedule, step, total):
 
 def _train(state):
     options, task = state.options, state.task
-    writer = ScalarWriter(options.output_dir, enabled=state.chief)
+    # A resumed run trains again the steps after its checkpoint's: TensorBoard drops the
+    # points a killed run wrote there (`ScalarWriter`).
+    writer = ScalarWriter(options.output_dir, enabled=state.chief, start_step=state.step + 1)
     total = options.num_train_steps
     shown = ("loss", *task.logged_metrics, "gradient_norm", "learning_rate")
     progress = ProgressLogger(total, shown)
@@ -378,6 +380,8 @@ def _train_metrics(state, sums, num_steps, seconds):
     # from an array: a Python int, new every call, would grow TensorFlow's scalar cache.
     metrics["learning_rate"] = float(state.schedule(eager_scalar(state.step - 1, np.int64)))
     if seconds is not None:
+        # The original's name (its Estimator's StepCounterHook), so its dashboards find it.
+        metrics["global_step/sec"] = num_steps / seconds
         metrics["examples_per_second"] = sums["examples"] / seconds
         metrics["tokens_per_second"] = sums["examples"] * state.task.tokens_per_example / seconds
     return metrics

@@ -17,14 +17,20 @@ class ScalarWriter:
     Args:
         directory: the event directory (`output_dir` for training, `output_dir/eval`).
         enabled: False on non-chief workers, which write nothing.
+        start_step: the first step this process writes again (a resumed training run: the
+            step after its checkpoint's); None: the step of the first `write`.
 
     The event file is created by the first `write`, so a run that fails before it wrote any
-    scalar leaves no file behind.
+    scalar leaves no file behind. It opens with a `SessionLog.START` event at `start_step`,
+    as the original's Estimator starts every session: TensorBoard then drops the points
+    an earlier, killed process wrote at that step and after, which this one writes again
+    (its "purge of orphaned data"), instead of drawing both.
     """
 
-    def __init__(self, directory, enabled=True):
+    def __init__(self, directory, enabled=True, start_step=None):
         self.directory = directory
         self.enabled = enabled
+        self.start_step = start_step
         self._writer = None
 
     def write(self, scalars, step):
@@ -32,6 +38,7 @@ class ScalarWriter:
             return
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(self.directory)
+            self._write_session_start(step if self.start_step is None else self.start_step)
         with self._writer.as_default(step=eager_scalar(step, np.int64)):
             for name, value in scalars.items():
                 tf.summary.scalar(name, eager_scalar(value))
@@ -40,6 +47,13 @@ class ScalarWriter:
     def close(self):
         if self._writer is not None:
             self._writer.close()
+
+    def _write_session_start(self, step):
+        start = tf.compat.v1.SessionLog(status=tf.compat.v1.SessionLog.START)
+        event = tf.compat.v1.Event(wall_time=time.time(), step=int(step), session_log=start)
+        # tf.summary has no call for an Event of this kind; its own `import_event` (not
+        # exported) writes one through the writer's resource, as here.
+        tf.raw_ops.ImportEvent(writer=self._writer._resource, event=event.SerializeToString())
 
 
 def eager_scalar(value, dtype=None):

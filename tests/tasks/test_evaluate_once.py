@@ -106,6 +106,22 @@ def test_eval_alone_picks_the_best_of_the_saved_checkpoints(tmp_path, absl_caplo
     assert _eval_accuracies(output_dir) == [(3, 0.75), (6, 0.25)]
 
 
+@pytest.mark.slow  # trains and evaluates a classifier (~5 s)
+def test_eval_alone_of_initial_weights_writes_their_tensorboard_point(tmp_path):
+    # --do_eval alone in a new output_dir on --init_checkpoint weights (a fine-tuning run, a
+    # released model): no training checkpoint to evaluate, so the final evaluation is the
+    # point eval/ gets, at the weights' global step, as run_pretraining --do_eval writes it.
+    data_dir = synthetic.write_sst2(tmp_path / "glue", num_train=24, num_dev=9, num_test=5)
+    strategy = tf.distribute.get_strategy()
+    trained = synthetic.brief_run_options(tmp_path / "trained", do_eval=False)
+    engine.run(_counted_task(data_dir, [], []), strategy, trained, _optimizer_fn)
+    options = synthetic.brief_run_options(tmp_path / "out")
+    options.do_train, options.init_checkpoint = False, trained.output_dir
+    metrics = engine.run(_counted_task(data_dir, [], [0.5]), strategy, options, _optimizer_fn)
+    assert metrics["global_step"] == 6
+    assert _eval_accuracies(tmp_path / "out") == [(6, 0.5)]
+
+
 @pytest.mark.slow  # trains a classifier twice and evaluates it three times (~15 s)
 def test_eval_alone_removes_the_evaluated_checkpoints_as_the_original(
     tmp_path, absl_caplog, monkeypatch

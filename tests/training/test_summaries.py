@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from albert.training import loop
+from albert.training import checkpointing, loop
 from albert.training.optimization import create_optimizer
 from albert.training.summaries import ScalarWriter
 from albert.training.task import TrainingTask
@@ -55,12 +55,12 @@ class _ScaledInputTask(TrainingTask):
         return output_dir
 
 
-def _train(task, output_dir, num_train_steps, iterations_per_loop):
+def _train(task, output_dir, num_train_steps, iterations_per_loop, save_checkpoints_steps=None):
     options = loop.RunOptions(
         output_dir=str(output_dir),
         num_train_steps=num_train_steps,
         train_batch_size=1,
-        save_checkpoints_steps=num_train_steps,
+        save_checkpoints_steps=save_checkpoints_steps or num_train_steps,
         iterations_per_loop=iterations_per_loop,
         clip_norm=None,
     )
@@ -97,9 +97,44 @@ def test_rates_leave_out_the_first_host_call_of_a_process(tmp_path):
     scalars = _train(task, tmp_path / "run", 3, 1)
     assert sorted(scalars["loss"]) == [1, 2, 3]
     assert sorted(scalars["examples_per_second"]) == [2, 3]
+    # Steps/s under the original's tag (a batch of one: the same as examples/s).
+    assert scalars["global_step/sec"] == pytest.approx(scalars["examples_per_second"])
     # Resumed: the new process's first call is left out too.
     scalars = _train(task, tmp_path / "run", 5, 1)
     assert sorted(scalars["examples_per_second"]) == [2, 3, 5]
+
+
+def _tensorboard_points(directory, tag):
+    """[step] of each point of `tag` that TensorBoard's Python loader shows (the loader of
+    `--load_fast=false`, `--logdir_spec` and logdirs other than local and gs://), after its
+    purge of the points a killed process wrote past its last checkpoint."""
+    from tensorboard.backend.event_processing import plugin_event_accumulator
+
+    accumulator = plugin_event_accumulator.EventAccumulator(str(directory))
+    accumulator.Reload()
+    return [event.step for event in accumulator.Tensors(tag)]
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path, monkeypatch):
+    # Killed after writing step 3's point, saved at step 2: the rerun trains step 3 again.
+    # As the original's Estimator, each process opens its event file with a SessionLog.START
+    # at the first step it trains, and TensorBoard drops the earlier process's points from
+    # there on; without it the curve went back from step 3 to step 3 (two points).
+    def killed_at_step_3(name, step):
+        if (name, step) == ("train_step", 3):
+            raise _Killed
+
+    task = _ScaledInputTask([[1.0, 1.0], [2.0, 2.0]])
+    monkeypatch.setattr(checkpointing, "fault_point", killed_at_step_3)
+    with pytest.raises(_Killed):
+        _train(task, tmp_path / "run", 4, 1, save_checkpoints_steps=2)
+    monkeypatch.undo()
+    _train(task, tmp_path / "run", 4, 1, save_checkpoints_steps=2)
+    assert _tensorboard_points(tmp_path / "run", "loss") == [1, 2, 3, 4]
 
 
 # TensorFlow keeps the tensor of every Python int or float it converts eagerly, and a
