@@ -52,8 +52,16 @@ class ScalarWriter:
         start = tf.compat.v1.SessionLog(status=tf.compat.v1.SessionLog.START)
         event = tf.compat.v1.Event(wall_time=time.time(), step=int(step), session_log=start)
         # tf.summary has no call for an Event of this kind; its own `import_event` (not
-        # exported) writes one through the writer's resource, as here.
-        tf.raw_ops.ImportEvent(writer=self._writer._resource, event=event.SerializeToString())
+        # exported) writes one through the writer's resource, as here. A TensorFlow whose
+        # writer keeps it elsewhere loses only the purge, not the run.
+        resource = getattr(self._writer, "_resource", None)
+        if resource is None:
+            logging.warning(
+                "This TensorFlow's summary writer has no _resource: a resumed run's "
+                "TensorBoard may show the steps it trains again twice."
+            )
+            return
+        tf.raw_ops.ImportEvent(writer=resource, event=event.SerializeToString())
 
 
 def eager_scalar(value, dtype=None):

@@ -137,6 +137,25 @@ def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path, monkeypatch
     assert _tensorboard_points(tmp_path / "run", "loss") == [1, 2, 3, 4]
 
 
+def test_a_writer_without_its_private_resource_still_writes_the_scalars(
+    tmp_path, monkeypatch, absl_caplog
+):
+    """The SessionLog.START event goes through the writer's private `_resource`: a
+    TensorFlow that keeps it elsewhere loses the purge, with a warning, not the run."""
+
+    class _Writer:  # a tf.summary writer without `_resource`
+        def __init__(self, writer):
+            self.as_default, self.flush, self.close = writer.as_default, writer.flush, writer.close
+
+    create = tf.summary.create_file_writer
+    monkeypatch.setattr(tf.summary, "create_file_writer", lambda d: _Writer(create(d)))
+    writer = ScalarWriter(str(tmp_path), start_step=1)
+    writer.write({"loss": 2.5}, 1)
+    writer.close()
+    assert _scalars(tmp_path) == {"loss": {1: 2.5}}
+    assert "may show the steps it trains again twice" in absl_caplog.text
+
+
 # TensorFlow keeps the tensor of every Python int or float it converts eagerly, and a
 # reference to the number, for the life of the process (tensorflow/tensorflow#68196): a
 # step or metric value handed to an eager op each host call grew memory without bound
