@@ -313,6 +313,7 @@ class FineTuningTask(TrainingTask):
     def _predict_step(self, model):
         passed = (*self.kept_features, predict.EXAMPLE_INDEX, predict.IS_REAL_EXAMPLE)
 
+        @tf.autograph.experimental.do_not_convert  # no tensor branches: traced as written
         def step(features):
             outputs = model(self._inputs(features), training=False)
             kept = {name: tf.cast(outputs[name], tf.float32) for name in self.prediction_keys}

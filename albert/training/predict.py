@@ -69,7 +69,6 @@ class Predictor:
         self._outputs = None  # output name -> (dtype, rank), from a trace of one step
         self._loop = tf.function(self._loop_fn)
 
-    @tf.autograph.experimental.do_not_convert  # no tensor branches: traced as written
     def _step_fn(self, batch):
         outputs = self.strategy.run(self.step_fn, args=(batch,))
         # Concatenated in replica order (across workers too): [global batch, ...].

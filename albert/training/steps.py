@@ -31,10 +31,10 @@ from albert.replica_scope import replica_scope
 _LOOP_METRICS = ("examples", "loss", "gradient_norm", "applied_steps")
 
 # Autograph rewrites Python loops and branches on tensors into graph ops, and converts every
-# function a converted one calls: about 40 ms each, at every process start (half a second of a
-# tiny run's startup). Only the loops over `tf.range` need it: the functions they call, the
-# task's and model's code included, branch on Python values only and are traced as written
-# (a Python `if` on a tensor there raises at trace time; it is never silently wrong).
+# function a converted one calls: about 40 ms each, at every process start. The loops need it,
+# and so does the path to a task's `loss_normalizers` and `compute_loss` (a custom task may
+# branch on tensors); the bookkeeping below branches on Python values only and is traced as
+# written (a Python `if` on a tensor there would raise at trace time, never go silently wrong).
 _as_written = tf.autograph.experimental.do_not_convert
 
 
@@ -137,13 +137,11 @@ class Trainer:
 
     # --- Replica functions ---------------------------------------------------------------
 
-    @_as_written
     def _normalizers(self, features):
         context = tf.distribute.get_replica_context()
         local = self.task.loss_normalizers(features)
         return context.all_reduce(tf.distribute.ReduceOp.SUM, local)
 
-    @_as_written
     def _forward_backward_fn(self, features, normalizers, replica_id):
         # `replica_id` is a tensor argument, so one trace serves every replica; the model's
         # dropout folds it into its seeds and each replica draws its own masks
@@ -207,7 +205,6 @@ class Trainer:
         grads, loss, sums = self._gradients(features, normalizers, replica_id)
         return loss, sums, self._apply_gradients(grads)
 
-    @_as_written
     def _train_step(self, features):
         context = tf.distribute.get_replica_context()
         normalizers = self._normalizers(features)
@@ -234,7 +231,6 @@ class Trainer:
         sums["applied_steps"] = tf.cast(applied, tf.float32) / num_replicas
         self.train_metrics.add(sums)
 
-    @_as_written
     def _eval_step(self, features, normalizers):
         loss, sums = self.task.compute_loss(self.model, features, normalizers, training=False)
         sums = dict(sums)
