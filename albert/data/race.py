@@ -107,7 +107,8 @@ def _read_articles(path, level):
     line (JSON Lines), as the original reads each line of a file."""
     try:
         with tf.io.gfile.GFile(path, "rb") as f:
-            text = f.read().decode("utf-8")
+            # "utf-8-sig": a byte-order mark (Windows editors, PowerShell) is not a JSON error.
+            text = f.read().decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise RaceDataError(f"RACE file {path!r} is not valid UTF-8 JSON ({e}).") from None
     try:
