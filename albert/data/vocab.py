@@ -25,6 +25,7 @@ import uuid
 
 import sentencepiece as spm
 
+from albert.data import corpus
 from albert.errors import AlbertError
 from albert.tokenization import preprocess_text
 
@@ -63,18 +64,20 @@ def iterate_sentences(input_files, do_lower_case=True, normalize=True):
     """Yields the non-empty text lines of `input_files`, one at a time.
 
     Blank lines (document breaks) and WikiExtractor's `<doc ...>` / `</doc>` lines are
-    skipped. With `normalize`, each line goes through `preprocess_text`.
+    skipped. With `normalize`, each line goes through `preprocess_text`. Lines are read as
+    create_pretraining_data reads them (`albert.data.corpus.read_lines`): they end at "\n"
+    only, a UTF-8 byte-order mark is dropped and invalid UTF-8 becomes U+FFFD.
     """
+    stats = corpus.CorpusStats()
     for path in input_files:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                stripped = line.strip()
-                if not stripped or stripped.startswith("<doc ") or stripped == "</doc>":
-                    continue
-                if normalize:
-                    stripped = preprocess_text(stripped, lower=do_lower_case)
-                if stripped:
-                    yield stripped
+        for line in corpus.read_lines(path, stats):
+            stripped = line.strip()
+            if not stripped or stripped.startswith("<doc ") or stripped == "</doc>":
+                continue
+            if normalize:
+                stripped = preprocess_text(stripped, lower=do_lower_case)
+            if stripped:
+                yield stripped
 
 
 def train_vocab(

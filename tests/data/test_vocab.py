@@ -277,3 +277,18 @@ def test_one_corpus_gives_one_model_file_byte_for_byte(tmp_path):
     ours = spm.SentencePieceProcessor(model_file=first)
     pieces = [(p.id_to_piece(i), p.get_score(i)) for p in (own, ours) for i in range(120)]
     assert pieces[:120] == pieces[120:]
+
+
+def test_iterate_sentences_splits_lines_as_create_pretraining_data(tmp_path):
+    # A byte-order mark must not turn the first `<doc>` tag into text, and lines end at "\n"
+    # only, as `albert.data.corpus.read_lines` (the pretraining reader) ends them.
+    path = tmp_path / "wiki_00"
+    path.write_bytes(
+        b'\xef\xbb\xbf<doc id="1" url="u" title="T">\r\nT\r\n\r\nOne\xe2\x80\xa8two\rthree.\r\n'
+        b"</doc>\r\nCaf\xe9.\n"
+    )
+    assert list(iterate_sentences([str(path)], normalize=False)) == [
+        "T",
+        "One\u2028two\rthree.",
+        "Caf\ufffd.",
+    ]
