@@ -108,8 +108,9 @@ def train_vocab(
         The path of the written `.model` file.
 
     Raises:
-        VocabError: no input file, a `model_prefix` folder that cannot be created, or
-            SentencePiece refuses the corpus or vocab_size.
+        VocabError: no input file, one that is not UTF-8 text (UTF-16, binary, CR-only line
+            endings), a `model_prefix` folder that cannot be created, or SentencePiece
+            refuses the corpus or vocab_size.
     """
     if input_sentence_size < 0 or 0 < input_sentence_size <= 100:
         raise VocabError(
@@ -117,6 +118,11 @@ def train_vocab(
             f"Received: {input_sentence_size}"
         )
     files = expand_input_files(input_files)
+    for path in files:  # Read as UTF-16 bytes, SentencePiece would train on garbage.
+        try:
+            corpus.check_text_file(path)
+        except corpus.CorpusError as e:
+            raise VocabError(str(e)) from None
     directory = os.path.dirname(model_prefix)
     if directory:
         try:

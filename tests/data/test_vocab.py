@@ -292,3 +292,14 @@ def test_iterate_sentences_splits_lines_as_create_pretraining_data(tmp_path):
         "One\u2028two\rthree.",
         "Caf\ufffd.",
     ]
+
+
+def test_a_utf16_corpus_is_one_clear_error_before_training(tmp_path):
+    # Read as UTF-8, its NUL bytes cut every line short: SentencePiece trained a model of 47
+    # garbage pieces without a word, or asked for a smaller vocab_size (never for a fix).
+    write_corpus(str(tmp_path))
+    text = (tmp_path / "plain.txt").read_text(encoding="utf-8")
+    (tmp_path / "plain.txt").write_bytes(text.encode("utf-16"))
+    with pytest.raises(VocabError, match="plain.txt is UTF-16 text.*iconv"):
+        train_vocab(f"{tmp_path}/plain.txt", str(tmp_path / "m"), vocab_size=47)
+    assert not os.path.exists(tmp_path / "m.model")
