@@ -120,7 +120,8 @@ def glob_files(pattern: str) -> list:
 
 
 def check_text_file(path: str, sniff_bytes: int = SNIFF_BYTES) -> None:
-    """Raises CorpusError when the start of `path` is UTF-16/32 or binary rather than UTF-8.
+    """Raises CorpusError when the start of `path` is UTF-16/32 or binary rather than UTF-8,
+    or has CR-only line endings.
 
     Lines of invalid UTF-8 are tolerated in a text file (they are replaced and counted), but
     when most lines of the first `sniff_bytes` are invalid or hold NUL bytes the file is not
@@ -134,6 +135,13 @@ def check_text_file(path: str, sniff_bytes: int = SNIFF_BYTES) -> None:
                 f"{path} is {name} text (it starts with a {name} byte-order mark); convert it "
                 f"to UTF-8 first, e.g. iconv -f {name} -t UTF-8."
             )
+    # Lines end at "\n" only (as the original's): a CR-only file would be one line, cut into
+    # 64 KB "sentences" (or one sentence, skipped), and its documents never split.
+    if b"\n" not in head and b"\r" in head.rstrip(b"\r"):
+        raise CorpusError(
+            f"{path} has CR (\\r) line endings, as old Mac editors write; convert it to \\n "
+            "(or \\r\\n) line endings first, e.g. tr '\\r' '\\n'."
+        )
     if len(head) == sniff_bytes:  # Do not judge a line cut off at the end of the sample.
         head = head[: head.rfind(b"\n") + 1] or head[: len(head) - _incomplete_utf8_tail(head)]
     lines = [line for line in head.split(b"\n") if line.strip()]

@@ -107,13 +107,16 @@ def _read_articles(path, level):
     line (JSON Lines), as the original reads each line of a file."""
     try:
         with tf.io.gfile.GFile(path, "rb") as f:
-            text = f.read().decode("utf-8")
+            # "utf-8-sig": a byte-order mark (Windows editors, PowerShell) is not a JSON error.
+            text = f.read().decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise RaceDataError(f"RACE file {path!r} is not valid UTF-8 JSON ({e}).") from None
     try:
         return _read_article(path, level, json.loads(text), default_id=None)
     except json.JSONDecodeError as e:
-        lines = [line for line in text.splitlines() if line.strip()]
+        # Lines end at "\n" only, as the original's file iteration: str.splitlines would also
+        # cut at U+2028, U+0085 or \x1c, which a JSON string may hold unescaped.
+        lines = [line for line in text.split("\n") if line.strip()]
         if e.msg != "Extra data" or len(lines) < 2:
             raise RaceDataError(f"RACE file {path!r} is not valid UTF-8 JSON ({e}).") from None
     examples = []

@@ -100,7 +100,8 @@ def _load_json(path):
     with tf.io.gfile.GFile(path, "rb") as f:
         data = f.read()
     try:
-        return json.loads(data.decode("utf-8"))
+        # "utf-8-sig": a byte-order mark (Windows editors, PowerShell) is not a JSON error.
+        return json.loads(data.decode("utf-8-sig"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise SquadDataError(f"SQuAD file {path!r} is not valid UTF-8 JSON ({e}).") from None
 

@@ -25,6 +25,7 @@ import uuid
 
 import sentencepiece as spm
 
+from albert.data import corpus
 from albert.errors import AlbertError
 from albert.tokenization import preprocess_text
 
@@ -63,18 +64,20 @@ def iterate_sentences(input_files, do_lower_case=True, normalize=True):
     """Yields the non-empty text lines of `input_files`, one at a time.
 
     Blank lines (document breaks) and WikiExtractor's `<doc ...>` / `</doc>` lines are
-    skipped. With `normalize`, each line goes through `preprocess_text`.
+    skipped. With `normalize`, each line goes through `preprocess_text`. Lines are read as
+    create_pretraining_data reads them (`albert.data.corpus.read_lines`): they end at "\n"
+    only, a UTF-8 byte-order mark is dropped and invalid UTF-8 becomes U+FFFD.
     """
+    stats = corpus.CorpusStats()
     for path in input_files:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                stripped = line.strip()
-                if not stripped or stripped.startswith("<doc ") or stripped == "</doc>":
-                    continue
-                if normalize:
-                    stripped = preprocess_text(stripped, lower=do_lower_case)
-                if stripped:
-                    yield stripped
+        for line in corpus.read_lines(path, stats):
+            stripped = line.strip()
+            if not stripped or stripped.startswith("<doc ") or stripped == "</doc>":
+                continue
+            if normalize:
+                stripped = preprocess_text(stripped, lower=do_lower_case)
+            if stripped:
+                yield stripped
 
 
 def train_vocab(
@@ -105,8 +108,9 @@ def train_vocab(
         The path of the written `.model` file.
 
     Raises:
-        VocabError: no input file, a `model_prefix` folder that cannot be created, or
-            SentencePiece refuses the corpus or vocab_size.
+        VocabError: no input file, one that is not UTF-8 text (UTF-16, binary, CR-only line
+            endings), a `model_prefix` folder that cannot be created, or SentencePiece
+            refuses the corpus or vocab_size.
     """
     if input_sentence_size < 0 or 0 < input_sentence_size <= 100:
         raise VocabError(
@@ -114,6 +118,11 @@ def train_vocab(
             f"Received: {input_sentence_size}"
         )
     files = expand_input_files(input_files)
+    for path in files:  # Read as UTF-16 bytes, SentencePiece would train on garbage.
+        try:
+            corpus.check_text_file(path)
+        except corpus.CorpusError as e:
+            raise VocabError(str(e)) from None
     directory = os.path.dirname(model_prefix)
     if directory:
         try:

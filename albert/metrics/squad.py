@@ -264,7 +264,8 @@ def load_json(path: str, what: str):
         raise SquadEvalError(f"The {what} {path!r} does not exist; check the path.")
     try:
         with tf.io.gfile.GFile(path, "rb") as f:
-            return json.loads(f.read().decode("utf-8"))
+            # "utf-8-sig": as the readers, a byte-order mark is not a JSON error.
+            return json.loads(f.read().decode("utf-8-sig"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise SquadEvalError(f"The {what} {path!r} is not valid JSON ({e}).") from None
 

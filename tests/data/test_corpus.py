@@ -5,7 +5,9 @@ from pathlib import Path
 import pytest
 
 from albert.data.corpus import (
+    CorpusError,
     CorpusStats,
+    check_text_file,
     read_documents,
     read_lines,
     read_units,
@@ -146,3 +148,13 @@ def test_shared_samples():
     sample = list(read_documents(str(SHARED_CORPUS / "sample_text.txt"), stats))
     assert len(sample) == 3 and stats.invalid_utf8_lines == 0
     assert "力加勝北区" in sample[0][0]
+
+
+def test_cr_only_line_endings_are_refused_but_crlf_and_stray_crs_read(tmp_path):
+    path = tmp_path / "input.txt"
+    path.write_bytes(b"One.\rTwo.\r\rThree.\r")
+    with pytest.raises(CorpusError, match=r"input.txt has CR \(\\r\) line endings"):
+        check_text_file(str(path))
+    for text in (b"One.\r\nTwo.\r\n\r\nThree.\r\n", b"One\rtwo.\nThree.\n", b"One.\r", b"One."):
+        path.write_bytes(text)
+        check_text_file(str(path))

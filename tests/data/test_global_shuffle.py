@@ -203,6 +203,8 @@ def test_stale_shards_are_an_error_or_deleted_on_request(tmp_path, corpus_file, 
     "content, message",
     [
         ("Hello world.\nSecond line.\n".encode("utf-16"), "UTF-16 text"),
+        # Old Mac line endings: the whole file would be one line (one skipped "sentence").
+        (b"Hello world.\rSecond line.\r\rNext document.\r", "CR \\(\\\\r\\) line endings"),
         (
             bytes(random.Random(0).randrange(256) for _ in range(200_000)),
             "does not look like UTF-8",

@@ -102,6 +102,13 @@ def test_a_file_of_one_article_per_line(tmp_path):
         ("middle/1.txt:line2-0", 1),
         ("middle/1.txt:line3-0", 1),
     ]
+    # ensure_ascii=False leaves U+2028 and U+0085 unescaped in strings: they end no line.
+    odd = {**no_id, "article": "One\u2028two\x85three."}
+    lines = "\r\n".join(json.dumps(a, ensure_ascii=False) for a in (MIDDLE, odd)) + "\r\n"
+    data_dir = make_race(tmp_path / "odd", files={"middle": {"1.txt": lines}})
+    examples = read_race_examples(data_dir, "dev", middle_only=True)
+    assert examples[2].example_id == "middle/1.txt:line2-0"
+    assert examples[2].article == "One\u2028two\x85three."
     bad = json.dumps(MIDDLE) + "\n{not json\n"
     data_dir = make_race(tmp_path / "bad", files={"middle": {"1.txt": bad}})
     with pytest.raises(RaceDataError, match="1.txt' line 2 is not one JSON article"):

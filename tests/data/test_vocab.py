@@ -277,3 +277,29 @@ def test_one_corpus_gives_one_model_file_byte_for_byte(tmp_path):
     ours = spm.SentencePieceProcessor(model_file=first)
     pieces = [(p.id_to_piece(i), p.get_score(i)) for p in (own, ours) for i in range(120)]
     assert pieces[:120] == pieces[120:]
+
+
+def test_iterate_sentences_splits_lines_as_create_pretraining_data(tmp_path):
+    # A byte-order mark must not turn the first `<doc>` tag into text, and lines end at "\n"
+    # only, as `albert.data.corpus.read_lines` (the pretraining reader) ends them.
+    path = tmp_path / "wiki_00"
+    path.write_bytes(
+        b'\xef\xbb\xbf<doc id="1" url="u" title="T">\r\nT\r\n\r\nOne\xe2\x80\xa8two\rthree.\r\n'
+        b"</doc>\r\nCaf\xe9.\n"
+    )
+    assert list(iterate_sentences([str(path)], normalize=False)) == [
+        "T",
+        "One\u2028two\rthree.",
+        "Caf\ufffd.",
+    ]
+
+
+def test_a_utf16_corpus_is_one_clear_error_before_training(tmp_path):
+    # Read as UTF-8, its NUL bytes cut every line short: SentencePiece trained a model of 47
+    # garbage pieces without a word, or asked for a smaller vocab_size (never for a fix).
+    write_corpus(str(tmp_path))
+    text = (tmp_path / "plain.txt").read_text(encoding="utf-8")
+    (tmp_path / "plain.txt").write_bytes(text.encode("utf-16"))
+    with pytest.raises(VocabError, match="plain.txt is UTF-16 text.*iconv"):
+        train_vocab(f"{tmp_path}/plain.txt", str(tmp_path / "m"), vocab_size=47)
+    assert not os.path.exists(tmp_path / "m.model")

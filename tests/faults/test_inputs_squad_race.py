@@ -224,3 +224,23 @@ def test_squad_file_without_features_names_the_file(tmp_path, qas, is_training, 
     with pytest.raises(SquadDataError) as error:
         load_features(path, _tiny_tokenizer(), is_training, 32, 8, 8)
     assert str(error.value).startswith(f"SQuAD file {path!r} has {reason}")
+
+
+def test_json_files_with_a_utf8_byte_order_mark_read_as_without(tmp_path):
+    # Windows editors and PowerShell's `Out-File -Encoding utf8` write one; json.loads
+    # refuses it ("Unexpected UTF-8 BOM"), so the readers decode with "utf-8-sig".
+    from albert.metrics.squad import evaluate_files
+
+    plain = _squad(tmp_path / "plain.json", [_qa("q1")])
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + (tmp_path / "plain.json").read_bytes())
+    assert read_squad_examples(str(bom)) == read_squad_examples(plain)
+    predictions = tmp_path / "predictions.json"
+    predictions.write_bytes(b"\xef\xbb\xbf" + json.dumps({"q1": "Paris"}).encode())
+    assert evaluate_files(str(bom), str(predictions))["exact_match"] == 100.0
+    _race_article(tmp_path / "RACE" / "dev" / "middle", "1.txt", with_id="m1.txt")
+    (tmp_path / "RACE" / "dev" / "high").mkdir()
+    path = tmp_path / "RACE" / "dev" / "middle" / "1.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    examples = race.read_race_examples(str(tmp_path), "dev")
+    assert [e.example_id for e in examples] == ["m1.txt-0", "m1.txt-1"]
