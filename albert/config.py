@@ -261,7 +261,8 @@ class AlbertConfig:
         path = configs.resolve(path)  # a bare name such as albert_base_v2: a shipped config
         text = _read_text(path)
         try:
-            values = json.loads(text)
+            # A UTF-8 byte-order mark (Windows editors, PowerShell) is not a JSON error.
+            values = json.loads(text.removeprefix("\ufeff"))
         except json.JSONDecodeError as e:
             raise ConfigError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}).") from None
         if not isinstance(values, dict):

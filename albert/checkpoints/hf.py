@@ -218,7 +218,7 @@ def read_values(directory: str) -> dict:
     if not os.path.isfile(path):
         raise CheckpointError(f"No {CONFIG_FILE} in {directory}; is this an HF model directory?")
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is not an error
             return json.load(f)
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}).") from None

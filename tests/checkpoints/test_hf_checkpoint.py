@@ -208,6 +208,16 @@ def test_unsupported_hf_config_is_an_error(tmp_path):
         read_config(path)
 
 
+def test_an_hf_config_with_a_utf8_byte_order_mark_reads_as_without(tmp_path):
+    path = _fixture_copy(tmp_path)
+    config_path = os.path.join(path, "config.json")
+    with open(config_path, "rb") as f:
+        text = f.read()
+    with open(config_path, "wb") as f:
+        f.write(b"\xef\xbb\xbf" + text)
+    assert read_config(path) == read_config(HF_FIXTURE)
+
+
 def test_backbone_export_and_hf_base_model_names(tmp_path):
     model = randomize(AlbertPretrainer(tiny_config()))
     save_checkpoint(model.backbone, str(tmp_path / "base"), "hf")

@@ -71,6 +71,12 @@ def test_bad_files(tmp_path):
         AlbertConfig.from_json_file(str(tmp_path / "no_vocab.json"))
 
 
+def test_a_config_with_a_utf8_byte_order_mark_reads_as_without(tmp_path):
+    path = tmp_path / "albert_config.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(tiny_config().to_dict()).encode())
+    assert AlbertConfig.from_json_file(str(path)) == tiny_config()
+
+
 def test_released_extra_keys_are_kept_not_used(tmp_path):
     # A file states every key (from_json_file is strict), so write every key of the config.
     full = tiny_config().to_dict()
