@@ -48,6 +48,7 @@ def sst2(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("sst2_run")  # one worker: the `sst2` run is made once
 def test_sst2_reaches_near_perfect_dev_accuracy(sst2):
     _, _, output_dir, _, metrics = sst2
     assert metrics["accuracy"] >= 0.97, metrics
@@ -62,6 +63,7 @@ def test_sst2_reaches_near_perfect_dev_accuracy(sst2):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("sst2_run")  # one worker: the `sst2` run is made once
 def test_sst2_prediction_files_have_the_glue_format(sst2):
     _, data_dir, output_dir, _, _ = sst2
     examples = glue.read_examples("sst-2", data_dir, "test")
@@ -79,6 +81,7 @@ def test_sst2_prediction_files_have_the_glue_format(sst2):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("sst2_run")  # one worker: the `sst2` run is made once
 def test_sst2_export_serves_the_predicted_weights(sst2):
     root, data_dir, output_dir, _, _ = sst2
     serve = tf.saved_model.load(str(root / "export")).signatures["serving_default"]
@@ -91,6 +94,7 @@ def test_sst2_export_serves_the_predicted_weights(sst2):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("sst2_run")  # one worker: the `sst2` run is made once
 def test_second_run_reads_the_feature_cache(sst2, monkeypatch):
     root, _, output_dir, flags, metrics = sst2
     assert len(list((root / "cache").glob("sst-2_dev_seq32_*.tfrecord"))) == 1

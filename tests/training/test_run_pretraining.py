@@ -85,6 +85,7 @@ def trained(records, tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("pretraining_run")  # one worker: `trained` is run once
 def test_outputs_of_a_train_and_eval_run(trained):
     output_dir, metrics = trained
     results = read_key_values(output_dir / "eval_results.txt")
@@ -110,6 +111,7 @@ def test_outputs_of_a_train_and_eval_run(trained):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("pretraining_run")  # one worker: `trained` is run once
 def test_best_checkpoint_and_export_load_with_the_project_tools(trained, tmp_path):
     from albert import AlbertConfig, AlbertPretrainer, load_checkpoint
     from albert.checkpoints import tf1
@@ -135,6 +137,7 @@ def test_best_checkpoint_and_export_load_with_the_project_tools(trained, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("pretraining_run")  # one worker: `trained` is run once
 def test_load_checkpoint_reads_a_training_checkpoint_and_the_run_directory(trained):
     from albert import AlbertConfig, AlbertPretrainer, load_checkpoint
     from albert.checkpoints import CheckpointError
@@ -160,6 +163,7 @@ def test_load_checkpoint_reads_a_training_checkpoint_and_the_run_directory(train
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("pretraining_run")  # one worker: `trained` is run once
 def test_init_checkpoint_restarts_the_step_with_the_given_weights(records, trained, tmp_path):
     output_dir, _ = trained
     for name, source in (
@@ -191,6 +195,7 @@ def test_init_checkpoint_restarts_the_step_with_the_given_weights(records, train
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("pretraining_run")  # one worker: `trained` is run once
 def test_rerun_of_a_finished_run_trains_no_more(records, trained):
     output_dir, _ = trained
     before = _model_weights(output_dir / "model.ckpt-6")
@@ -302,6 +307,7 @@ def test_jit_compile_and_mixed_precision_train_the_same_model(records, tmp_path,
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("pretraining_run")  # one worker: `trained` is run once
 def test_init_from_group0_copies_group_0_into_every_group(records, trained, tmp_path):
     output_dir, _ = trained
     config = synthetic.write_config(tmp_path / "two_groups.json", num_hidden_groups=2)
