@@ -4,7 +4,7 @@
 `load_features` turns a file into features (`albert.data.squad_features`: sliding windows,
 p_mask, answer targets) and, with `cache_dir`, writes them once: the model inputs as
 TFRecords (`albert.data.features`) and, for prediction, a sidecar `*.meta.npz` of what
-post-processing needs (`albert.data.squad_features.write_metadata`). A second run with the
+post-processing needs (`albert.data.squad_metadata.write_metadata`). A second run with the
 same file, tokenizer and settings reads them and does not tokenize. Post-processing is in
 `albert.data.squad_postprocessing`, the official evaluation in `albert.metrics.squad`.
 
@@ -25,10 +25,12 @@ from absl import logging
 
 from albert.data import features as feature_lib
 from albert.data.squad_features import (
-    MetadataError,
     SquadDataError,
     convert_examples_to_features,
     iter_features,
+)
+from albert.data.squad_metadata import (
+    MetadataError,
     metadata_path,
     read_metadata,
     write_metadata,

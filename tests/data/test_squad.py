@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from albert import progress
-from albert.data import squad_features
+from albert.data import squad_metadata
 from albert.data import squad_postprocessing as postprocessing
 from albert.data.squad import SquadDataError, SquadExample, load_features, read_squad_examples
 from albert.data.squad_alignment import align_tokens
@@ -429,16 +429,16 @@ def test_predict_metadata_is_read_as_columns(tmp_path, monkeypatch, absl_caplog)
     squad_file = cache_squad_file(tmp_path)
     settings = dict(max_seq_length=32, doc_stride=8, max_query_length=8)
     first = load_features(squad_file, tokenizer, False, cache_dir=str(tmp_path / "c"), **settings)
-    sidecar = Path(squad_features.metadata_path(first.path))
+    sidecar = Path(squad_metadata.metadata_path(first.path))
     assert sidecar.name.endswith(".meta.npz")
     written = sidecar.read_bytes()
     with np.load(sidecar, allow_pickle=False) as columns:
-        assert int(columns["format_version"]) == squad_features.METADATA_FORMAT_VERSION
+        assert int(columns["format_version"]) == squad_metadata.METADATA_FORMAT_VERSION
         assert len(columns["windows"]) == len(first.features)
     later = time.time() + 3600
     with monkeypatch.context() as patch:
         patch.setattr(time, "time", lambda: later)  # zip members carry no write time
-        squad_features.write_metadata(str(sidecar), first.features)
+        squad_metadata.write_metadata(str(sidecar), first.features)
     assert sidecar.read_bytes() == written
 
     looked_up, collecting = [], []
@@ -452,11 +452,11 @@ def test_predict_metadata_is_read_as_columns(tmp_path, monkeypatch, absl_caplog)
     monkeypatch.setattr(tokenizer, "convert_tokens_to_ids", counting_convert)
     gc.disable()  # The reader pauses the collector and leaves it as it found it.
     try:
-        features = squad_features.read_metadata(str(sidecar), tokenizer, 32)
+        features = squad_metadata.read_metadata(str(sidecar), tokenizer, 32)
         assert not gc.isenabled()
     finally:
         gc.enable()
-    features = squad_features.read_metadata(str(sidecar), tokenizer, 32)
+    features = squad_metadata.read_metadata(str(sidecar), tokenizer, 32)
     assert gc.isenabled() and features == first.features and not any(collecting)
     distinct = {token for feature in first.features for token in feature.tokens}
     assert len(looked_up) <= 2 * (len(distinct) + 2)  # Two reads; [CLS] and [SEP] each.
@@ -482,7 +482,7 @@ def test_a_sidecar_with_a_damaged_zip_header_is_rebuilt(tmp_path, absl_caplog, o
     squad_file = cache_squad_file(tmp_path)
     settings = dict(max_seq_length=32, doc_stride=8, max_query_length=8)
     first = load_features(squad_file, tokenizer, False, cache_dir=str(tmp_path / "c"), **settings)
-    sidecar = Path(squad_features.metadata_path(first.path))
+    sidecar = Path(squad_metadata.metadata_path(first.path))
     written = sidecar.read_bytes()
     damaged = bytearray(written)
     entry = damaged.index(b"PK\x01\x02")  # the first member's central directory entry
