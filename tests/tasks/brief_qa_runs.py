@@ -164,7 +164,7 @@ def training_summaries(directory):
     for path in sorted(Path(directory).glob("events.out.tfevents.*")):
         for event in tf.compat.v1.train.summary_iterator(str(path)):
             for value in event.summary.value:
-                if not value.tag.endswith("_per_second"):
+                if not value.tag.endswith(("_per_second", "/sec")):
                     scalar = float(tf.make_ndarray(value.tensor))
                     values.setdefault(value.tag, {})[str(event.step)] = scalar
     return values

@@ -27,6 +27,7 @@ TRAIN_SCALARS = {
     "gradient_norm",
     "examples_per_second",
     "tokens_per_second",
+    "global_step/sec",
     "loss",
 }
 
