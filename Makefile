@@ -1,11 +1,12 @@
 # `make test` is the full check (CI runs it): lint, format check, then the whole test suite,
 # the slow tier included (tests/test_packaging.py builds the wheel and installs it into a fresh
-# virtual environment from the package registry: about two minutes).
+# virtual environment from the package registry: about a minute).
 # Tests run in parallel processes (pytest-xdist), one per core, at most 4: every test's
 # subprocesses and TensorFlow threads stay within what a small machine holds. `--dist loadgroup`
 # keeps the tests marked `xdist_group` on one worker, so a module fixture they share and that
-# is all their cost (every module imported, every --helpshort run) is built once, not once per
-# worker. Groups of long tests are left out: one worker running them all would end last.
+# is all or much of their cost (every module imported, every --helpshort run, a tiny
+# run_pretraining or SST-2 run) is built once, not once per worker. Long tests that share
+# nothing are not grouped: one worker running them all would end last.
 # `make test-fast` is for the edit-test loop: the tests not marked `slow`, without the lint step.
 .PHONY: test test-fast lint format
 export TF_CPP_MIN_LOG_LEVEL ?= 2
