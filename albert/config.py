@@ -318,16 +318,16 @@ def _from_hf_names(values: dict, source: str) -> dict:
 
 
 def _read_text(path: str) -> str:
-    if "://" in path:
-        import tensorflow as tf  # only for remote paths such as gs://
+    try:  # A gs:// file decodes as UTF-8 too (GFile's text mode): a binary one is one line.
+        if "://" in path:
+            import tensorflow as tf  # only for remote paths such as gs://
 
-        if not tf.io.gfile.exists(path):
+            if not tf.io.gfile.exists(path):
+                raise ConfigError(f"Config file not found: {path}")
+            with tf.io.gfile.GFile(path) as f:
+                return f.read()
+        if not os.path.isfile(path):
             raise ConfigError(f"Config file not found: {path}")
-        with tf.io.gfile.GFile(path) as f:
-            return f.read()
-    if not os.path.isfile(path):
-        raise ConfigError(f"Config file not found: {path}")
-    try:
         with open(path, encoding="utf-8") as f:
             return f.read()
     except UnicodeDecodeError:

@@ -222,6 +222,10 @@ def read_values(directory: str) -> dict:
             return json.load(f)
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}).") from None
+    except UnicodeDecodeError:  # UTF-16 (PowerShell's `>`) or binary: one line, as a JSON error
+        raise CheckpointError(
+            f"{path} is not a UTF-8 JSON file; is it an HF config.json?"
+        ) from None
 
 
 def order_classes(model, directory: str, labels) -> None:

@@ -116,11 +116,12 @@ def _read_articles(path, level):
     except json.JSONDecodeError as e:
         # Lines end at "\n" only, as the original's file iteration: str.splitlines would also
         # cut at U+2028, U+0085 or \x1c, which a JSON string may hold unescaped.
-        lines = [line for line in text.split("\n") if line.strip()]
+        # Numbered before blank lines are left out: "line N" is the editor's line N.
+        lines = [(n, line) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
         if e.msg != "Extra data" or len(lines) < 2:
             raise RaceDataError(f"RACE file {path!r} is not valid UTF-8 JSON ({e}).") from None
     examples = []
-    for number, line in enumerate(lines, 1):
+    for number, line in lines:
         try:
             data = json.loads(line)
         except json.JSONDecodeError as e:

@@ -17,7 +17,6 @@ Usage:
 
 from __future__ import annotations
 
-import glob
 import io
 import os
 import sys
@@ -51,7 +50,8 @@ def expand_input_files(input_file) -> list:
         if not pattern:
             continue
         # Files only, as create_pretraining_data reads them: a folder would stop the trainer.
-        matched = sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
+        # gs:// too: the lines are read through `corpus.read_lines`, which reads them there.
+        matched = corpus.glob_files(pattern)
         if not matched:
             raise VocabError(f"`input_file` pattern {pattern!r} matches no file; check the path.")
         files.extend(matched)

@@ -208,7 +208,7 @@ def test_unsupported_hf_config_is_an_error(tmp_path):
         read_config(path)
 
 
-def test_an_hf_config_with_a_utf8_byte_order_mark_reads_as_without(tmp_path):
+def test_an_hf_config_with_a_utf8_byte_order_mark_reads_and_a_utf16_one_is_an_error(tmp_path):
     path = _fixture_copy(tmp_path)
     config_path = os.path.join(path, "config.json")
     with open(config_path, "rb") as f:
@@ -216,6 +216,11 @@ def test_an_hf_config_with_a_utf8_byte_order_mark_reads_as_without(tmp_path):
     with open(config_path, "wb") as f:
         f.write(b"\xef\xbb\xbf" + text)
     assert read_config(path) == read_config(HF_FIXTURE)
+    # UTF-16 (Windows PowerShell's `>` writes it) was a UnicodeDecodeError traceback.
+    with open(config_path, "wb") as f:
+        f.write(text.decode("utf-8").encode("utf-16"))
+    with pytest.raises(CheckpointError, match="config.json is not a UTF-8 JSON file"):
+        read_config(path)
 
 
 def test_backbone_export_and_hf_base_model_names(tmp_path):

@@ -158,3 +158,15 @@ def test_cr_only_line_endings_are_refused_but_crlf_and_stray_crs_read(tmp_path):
     for text in (b"One.\r\nTwo.\r\n\r\nThree.\r\n", b"One\rtwo.\nThree.\n", b"One.\r", b"One."):
         path.write_bytes(text)
         check_text_file(str(path))
+
+
+def test_one_stray_cr_in_a_first_line_longer_than_the_sample_is_no_line_ending(tmp_path):
+    # Web text may hold a stray CR; a first line past the 64 KB sample showed no LF, and the
+    # file was refused as CR-only.
+    path = tmp_path / "input.txt"
+    path.write_bytes(b"word " * 300 + b"\r" + b"word " * 20_000 + b"\nNext.\n")
+    check_text_file(str(path))
+    check_text_file(str(path), sniff_bytes=1024)
+    path.write_bytes(b"One.\rTwo.\r" * 200)  # Lines end at CRs all through the sample.
+    with pytest.raises(CorpusError, match="has CR"):
+        check_text_file(str(path), sniff_bytes=1024)

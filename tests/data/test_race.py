@@ -113,6 +113,16 @@ def test_a_file_of_one_article_per_line(tmp_path):
     data_dir = make_race(tmp_path / "bad", files={"middle": {"1.txt": bad}})
     with pytest.raises(RaceDataError, match="1.txt' line 2 is not one JSON article"):
         read_race_examples(data_dir, "dev", middle_only=True)
+    # Blank lines count: the line named, and an article's id, are the line as an editor shows.
+    spaced = f"{json.dumps(MIDDLE)}\n\n{json.dumps(no_id)}\r\n\r\n{{not json\n"
+    data_dir = make_race(tmp_path / "spaced", files={"middle": {"1.txt": spaced}})
+    with pytest.raises(RaceDataError, match="1.txt' line 5 is not one JSON article"):
+        read_race_examples(data_dir, "dev", middle_only=True)
+    data_dir = make_race(
+        tmp_path / "ids", files={"middle": {"1.txt": spaced[: -len("{not json\n")]}}
+    )
+    examples = read_race_examples(data_dir, "dev", middle_only=True)
+    assert examples[2].example_id == "middle/1.txt:line3-0"
 
 
 def test_missing_directories(tmp_path):

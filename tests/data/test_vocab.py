@@ -303,3 +303,21 @@ def test_a_utf16_corpus_is_one_clear_error_before_training(tmp_path):
     with pytest.raises(VocabError, match="plain.txt is UTF-16 text.*iconv"):
         train_vocab(f"{tmp_path}/plain.txt", str(tmp_path / "m"), vocab_size=47)
     assert not os.path.exists(tmp_path / "m.model")
+
+
+def test_a_gs_corpus_trains_the_model_its_local_copy_does(tmp_path):
+    # ram:// goes through tf.io.gfile as gs:// does. The lines are read with
+    # `corpus.read_lines`, which reads gs://, but the pattern was globbed locally only: "matches
+    # no file" for a file that is there.
+    import tensorflow as tf
+
+    write_corpus(str(tmp_path))
+    remote = f"ram://{tmp_path.name}-vocab"
+    tf.io.gfile.makedirs(f"{remote}/wiki")
+    for name in ("plain.txt", "wiki/wiki_00"):
+        tf.io.gfile.copy(str(tmp_path / name), f"{remote}/{name}")
+    assert expand_input_files(f"{remote}/*") == [f"{remote}/plain.txt"]  # not the folder
+    local = train_vocab(write_corpus(str(tmp_path)), str(tmp_path / "local"), vocab_size=120)
+    gs = train_vocab(f"{remote}/plain.txt,{remote}/wiki/*", str(tmp_path / "gs"), vocab_size=120)
+    with open(local, "rb") as a, open(gs, "rb") as b:
+        assert a.read() == b.read()

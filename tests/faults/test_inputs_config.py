@@ -115,3 +115,19 @@ def test_binary_config_file_is_one_line(tmp_path):
     path.write_bytes(b"\xff\xfe\x00garbage\x00")
     with pytest.raises(ConfigError, match="is not a UTF-8 JSON file"):
         AlbertConfig.from_json_file(str(path))
+
+
+def test_binary_or_bom_config_file_on_gs_reads_as_a_local_one(tmp_path):
+    # ram:// goes through tf.io.gfile as gs:// does: a binary file was a UnicodeDecodeError
+    # traceback there, and a UTF-8 byte-order mark is still no JSON error.
+    import tensorflow as tf
+
+    path = f"ram://{tmp_path.name}-config/albert_config.json"
+    with tf.io.gfile.GFile(path, "wb") as f:
+        f.write(b"\xff\xfe\x00garbage\x00")
+    with pytest.raises(ConfigError, match=f"^{path} is not a UTF-8 JSON file"):
+        AlbertConfig.from_json_file(path)
+    path = path.replace("albert_config", "bom_config")  # ram:// "wb" appends to a file
+    with tf.io.gfile.GFile(path, "wb") as f:
+        f.write(b"\xef\xbb\xbf" + json.dumps(BASE).encode())
+    assert AlbertConfig.from_json_file(path).hidden_size == BASE["hidden_size"]
