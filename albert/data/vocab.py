@@ -94,7 +94,8 @@ def train_vocab(
 
     Args:
         input_files: text files, or a comma-separated string of paths and globs.
-        model_prefix: output path without extension; writes `.model` and `.vocab`.
+        model_prefix: output path without extension (gs:// too); writes `.model` and
+            `.vocab`.
         vocab_size: number of pieces, the 5 special ones included (30000 for ALBERT).
         do_lower_case: lower-case the text before training (with `normalize`).
         input_sentence_size: how many lines SentencePiece samples at random from the input
@@ -123,18 +124,8 @@ def train_vocab(
             corpus.check_text_file(path)
         except corpus.CorpusError as e:
             raise VocabError(str(e)) from None
-    directory = os.path.dirname(model_prefix)
-    if directory:
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except OSError as e:  # A read-only or otherwise unwritable place: one line.
-            raise VocabError(
-                f"Cannot create {directory} ({e.strerror.lower()}); point --model_prefix at a "
-                "folder you can write to."
-            ) from None
-    # Trained under a hidden temporary prefix, checked, then renamed: a failure or a full disk
-    # never leaves a cut-short model under the final name or replaces an earlier one.
-    temporary = os.path.join(directory, f".{os.path.basename(model_prefix)}.tmp-{uuid.uuid4().hex}")
+    remote = corpus.is_remote(model_prefix)
+    _make_folder(model_prefix, remote)  # before training: an unwritable place fails at once
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()
     try:
@@ -158,38 +149,103 @@ def train_vocab(
             num_threads=num_threads,
             minloglevel=2,
         )
-        _write_model(temporary, model.getvalue())
-        _check_written(temporary, vocab_size)
-        os.replace(temporary + ".vocab", model_prefix + ".vocab")
-        os.replace(temporary + ".model", model_prefix + ".model")  # Last: marks it complete.
     except RuntimeError as e:
         raise VocabError(
             f"SentencePiece could not train on {len(files)} file(s) with "
             f"vocab_size={vocab_size}: {e}"
         ) from None
+    if remote:
+        _publish_remote(model_prefix, model.getvalue())
+    else:
+        _publish_local(model_prefix, model.getvalue(), vocab_size)
+    return model_prefix + ".model"
+
+
+def _make_folder(model_prefix, remote):
+    """Creates the folder of `model_prefix` (gs:// through `tf.io.gfile`).
+
+    Raises:
+        VocabError: it cannot be created (read-only, no permission, no such bucket).
+    """
+    directory = os.path.dirname(model_prefix)
+    if not directory:
+        return
+    if remote:
+        import tensorflow as tf  # only for remote paths such as gs://
+
+        try:
+            tf.io.gfile.makedirs(directory)
+        except tf.errors.OpError as e:
+            raise VocabError(f"Cannot create {directory} ({e.message}).") from None
+        return
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as e:  # A read-only or otherwise unwritable place: one line.
+        raise VocabError(
+            f"Cannot create {directory} ({e.strerror.lower()}); point --model_prefix at a "
+            "folder you can write to."
+        ) from None
+
+
+def _publish_local(model_prefix, model, vocab_size):
+    """Writes PREFIX.vocab and PREFIX.model under a hidden temporary prefix, checks them and
+    renames them: a failure or a full disk never leaves a cut-short model under the final name
+    or replaces an earlier one."""
+    directory = os.path.dirname(model_prefix)
+    temporary = os.path.join(directory, f".{os.path.basename(model_prefix)}.tmp-{uuid.uuid4().hex}")
+    try:
+        _write_model(temporary, model)
+        _check_written(temporary, vocab_size)
+        os.replace(temporary + ".vocab", model_prefix + ".vocab")
+        os.replace(temporary + ".model", model_prefix + ".model")  # Last: marks it complete.
     finally:
         for extension in (".model", ".vocab"):
             if os.path.exists(temporary + extension):
                 os.remove(temporary + extension)
-    return model_prefix + ".model"
+
+
+def _publish_remote(model_prefix, model):
+    """PREFIX.vocab, then PREFIX.model (last: it marks the pair complete), each written whole
+    by `albert.fileio` (a temporary name renamed; a failed gs:// write raises, so there is no
+    cut-short file to check for).
+
+    Raises:
+        VocabError: a file cannot be written.
+    """
+    import tensorflow as tf  # only for remote paths such as gs://
+
+    from albert import fileio
+
+    try:
+        fileio.write_text(model_prefix + ".vocab", _vocab_text(model))
+        fileio.write_bytes(model_prefix + ".model", model)
+    except tf.errors.OpError as e:  # permission, quota: one line
+        raise VocabError(
+            f"Cannot write the vocabulary to {os.path.dirname(model_prefix)} ({e.message}); "
+            "the model was not replaced."
+        ) from None
+
+
+def _vocab_text(model) -> str:
+    """PREFIX.vocab as SentencePiece writes it: one `piece<TAB>score` line per id (scores as
+    C++ streams a float: 6 significant digits)."""
+    processor = spm.SentencePieceProcessor(model_proto=model)
+    return "".join(
+        f"{processor.id_to_piece(i)}\t{processor.get_score(i):.6g}\n"
+        for i in range(processor.get_piece_size())
+    )
 
 
 def _write_model(prefix, model):
-    """PREFIX.model holding the serialized `model`, and PREFIX.vocab as SentencePiece writes
-    it: one `piece<TAB>score` line per id (scores as C++ streams a float: 6 significant
-    digits).
+    """PREFIX.model holding the serialized `model`, and PREFIX.vocab (`_vocab_text`).
 
     Raises:
         VocabError: the files cannot be written (a full disk: no space left on device).
     """
-    processor = spm.SentencePieceProcessor(model_proto=model)
-    lines = (
-        f"{processor.id_to_piece(i)}\t{processor.get_score(i):.6g}\n"
-        for i in range(processor.get_piece_size())
-    )
+    text = _vocab_text(model)
     try:
         with open(prefix + ".vocab", "w", encoding="utf-8") as f:
-            f.writelines(lines)
+            f.write(text)
         with open(prefix + ".model", "wb") as f:
             f.write(model)
     except OSError as e:

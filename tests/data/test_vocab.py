@@ -321,3 +321,21 @@ def test_a_gs_corpus_trains_the_model_its_local_copy_does(tmp_path):
     gs = train_vocab(f"{remote}/plain.txt,{remote}/wiki/*", str(tmp_path / "gs"), vocab_size=120)
     with open(local, "rb") as a, open(gs, "rb") as b:
         assert a.read() == b.read()
+
+
+def test_a_gs_model_prefix_gets_the_files_a_local_one_does(tmp_path):
+    # ram:// goes through tf.io.gfile as gs:// does: the trainer wrote with `open` and
+    # `os.replace` only, so a pod user's `--model_prefix=gs://...` failed after training.
+    import tensorflow as tf
+
+    files = write_corpus(str(tmp_path))
+    local = train_vocab(files, str(tmp_path / "local" / "m"), vocab_size=120)
+    remote = f"ram://{tmp_path.name}-out/vocab/m"
+    assert train_vocab(files, remote, vocab_size=120) == remote + ".model"
+    for extension in (".model", ".vocab"):
+        with (
+            tf.io.gfile.GFile(remote + extension, "rb") as f,
+            open(local[: -len(".model")] + extension, "rb") as g,
+        ):
+            assert f.read() == g.read()
+    assert sorted(tf.io.gfile.listdir(f"ram://{tmp_path.name}-out/vocab")) == ["m.model", "m.vocab"]
