@@ -51,8 +51,9 @@ flags.DEFINE_integer("num_output_shards", None, "Write this many files named fro
 flags.DEFINE_string(
     "temp_dir",
     None,
-    "Local folder for the global shuffle's bucket files (about the output's size). Default: a "
-    "hidden folder beside the output, or the system's temporary folder for gs:// outputs.",
+    "Local folder for the global shuffle's bucket files (about the output's size; gs:// with "
+    "--beam_pipeline_options only). Default: a hidden folder beside the output, or the "
+    "system's temporary folder for gs:// outputs.",
 )
 flags.DEFINE_integer(
     "shuffle_bucket_mb", 64, "Most MB one shuffle bucket holds: bounds the memory of the shuffle."

@@ -208,6 +208,13 @@ def validate(config: PretrainingDataConfig) -> tuple:
         raise PretrainingDataError(
             f"--shuffle_bucket_mb must be >= 1; got {config.bucket_bytes / (1 << 20):g}."
         )
+    if config.temp_dir and "://" in config.temp_dir and not config.beam_pipeline_options:
+        # The local engine appends to bucket files with `open`: a gs:// folder would become a
+        # local folder named "gs:" in the working directory, holding the output's size.
+        raise PretrainingDataError(
+            f"--temp_dir must be a local folder without --beam_pipeline_options; got "
+            f"{config.temp_dir!r} (leave it out to use the system's temporary folder)."
+        )
     config.instance.validate()
     inputs = expand_input_files(config.input_file)
     for path in inputs:

@@ -219,6 +219,18 @@ def test_non_utf8_input_is_one_clear_error(tmp_path, spm_model, content, message
     assert not (tmp_path / "out").exists()
 
 
+def test_a_gs_temp_dir_without_beam_is_an_error_not_a_local_gs_folder(
+    tmp_path, corpus_file, spm_model, monkeypatch
+):
+    # The local engine writes its buckets with `open`: --temp_dir=gs://... made a folder
+    # named "gs:" in the working directory and filled it with the output's size.
+    monkeypatch.chdir(tmp_path)
+    config = _config(corpus_file, spm_model, tmp_path / "out", temp_dir="gs://bucket/tmp")
+    with pytest.raises(PretrainingDataError, match="--temp_dir must be a local folder"):
+        create_pretraining_data(config)
+    assert sorted(os.listdir(tmp_path)) == []
+
+
 def _script(corpus_file, spm_model, output):
     return [
         sys.executable,
