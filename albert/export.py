@@ -62,7 +62,7 @@ class _ClassifierServing(tf.Module):
         return self._outputs([sentence_a])
 
     def _serve_pair(self, sentence_a, sentence_b):
-        return self._outputs([sentence_a, sentence_b])
+        return self._outputs(same_rows([sentence_a, sentence_b], ("sentence_a", "sentence_b")))
 
     def _outputs(self, sentences):
         segments = [self.tokenizer.tokenize(s) for s in sentences]  # each [B, (P)]
@@ -84,6 +84,23 @@ class _ClassifierServing(tf.Module):
         if self._threshold is not None:
             outputs["threshold"] = tf.fill(tf.shape(logits)[:1], self._threshold)  # [B]
         return outputs
+
+
+def same_rows(inputs, names):
+    """The two string inputs [B] of a signature, once checked to hold as many rows: else the
+    request fails with a message naming them, not deep in the tokenizer's ragged ops
+    ("Incompatible shapes: [2] vs. [4]", "indices[1] = 1 is not in [0, 1)").
+
+    TF Serving's columnar format (`{"inputs": {...}}`) lets a client send such a request.
+    """
+    first, second = inputs
+    check = tf.debugging.assert_equal(
+        tf.shape(first)[0],
+        tf.shape(second)[0],
+        message=f"{names[0]} and {names[1]} must hold as many rows (one of each per example)",
+    )
+    with tf.control_dependencies([check]):  # Before any op that would fail on them.
+        return tf.identity(first), tf.identity(second)
 
 
 def check_export_dir(export_dir):

@@ -231,3 +231,16 @@ def test_an_export_dir_holding_other_files_is_refused_and_left_whole(tmp_path):
     with pytest.raises(FileExistsError, match="not a SavedModel"):
         export_classifier(_model(3, seed=1), SPM_MODEL, True, 8, glue.MNLI_LABELS, str(folder))
     assert _tree(folder) == {Path("model.ckpt-100.index"): b"checkpoint"}
+
+
+@pytest.mark.parametrize("rows", [(2, 4), (1, 3), (3, 1), (0, 1)])
+def test_sentences_of_unequal_rows_are_a_clear_error(rows):
+    # TF Serving's columnar format lets a client send 2 sentence_a and 4 sentence_b; that
+    # failed deep in the tokenizer ("Incompatible shapes: [2] vs. [4]").
+    serving = _ClassifierServing(
+        _model(3, seed=1), InGraphTokenizer(SPM_MODEL), MAX_SEQ_LENGTH, glue.MNLI_LABELS, True
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match="sentence_a and sentence_b must"):
+        serving.serve(
+            tf.constant(["gold"] * rows[0], tf.string), tf.constant(["free"] * rows[1], tf.string)
+        )

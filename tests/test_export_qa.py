@@ -293,6 +293,29 @@ def test_a_decomposed_accent_stays_with_the_answer_it_ends(do_lower_case):
         assert [text.decode("utf-8") for text in served] == expected, context
 
 
+@pytest.mark.parametrize("rows", [(2, 4), (1, 3), (3, 1), (0, 1)])
+def test_questions_and_contexts_of_unequal_rows_are_a_clear_error(rows):
+    # TF Serving's columnar format lets a client send 1 question and 3 contexts; that failed
+    # deep in the ragged ops ("indices[1] = 1 is not in [0, 1)").
+    sp_model = load_spm_model(SPM_MODEL)
+    serving = _QuestionAnsweringServing(
+        _model(seed=0),
+        InGraphTokenizer(SPM_MODEL),
+        tf_text.SentencepieceTokenizer(model=sp_model.serialized_model_proto()),
+        sp_model.unk_id(),
+        MAX_SEQ_LENGTH,
+        MAX_QUERY_LENGTH,
+        MAX_ANSWER_LENGTH,
+        n_best_size=20,
+        doc_stride=128,
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match="question and context must"):
+        serving.serve(
+            tf.constant(["who?"] * rows[0], tf.string),
+            tf.constant(["the river"] * rows[1], tf.string),
+        )
+
+
 def test_a_max_seq_length_over_the_position_embeddings_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="max_seq_length=200 exceeds the model's max_position_"):
         export_question_answering(_model(seed=0), SPM_MODEL, True, str(tmp_path / "e"), 200)
