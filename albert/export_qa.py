@@ -47,7 +47,7 @@ import tensorflow_text as tf_text
 
 from albert import fileio
 from albert.errors import AlbertError
-from albert.export import check_export_dir, check_max_seq_length, same_rows
+from albert.export import check_export_dir, check_max_seq_length, same_rows, utf8_text
 from albert.text_ops import InGraphTokenizer, strip_accents
 from albert.tokenization import SPIECE_UNDERLINE, load_spm_model
 
@@ -96,7 +96,8 @@ class _QuestionAnsweringServing(tf.Module):
         self.serve = tf.function(self._serve, input_signature=spec)
 
     def _serve(self, question, context):
-        question, context = same_rows([question, context], ("question", "context"))
+        texts = [utf8_text(question, "question"), utf8_text(context, "context")]
+        question, context = same_rows(texts, ("question", "context"))
         question_ids = self.tokenizer.tokenize(question)[:, : self._max_query_length]
         context_ids = self.tokenizer.tokenize(context)  # [B, (P)]
         # The windows of fine-tuning's features: the question whole, the context cut to the

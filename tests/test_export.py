@@ -244,3 +244,20 @@ def test_sentences_of_unequal_rows_are_a_clear_error(rows):
         serving.serve(
             tf.constant(["gold"] * rows[0], tf.string), tf.constant(["free"] * rows[1], tf.string)
         )
+
+
+def test_text_that_is_not_utf8_is_a_clear_error():
+    # A gRPC client can send Latin-1 bytes, or cut a character in two; those were served a
+    # prediction made from replacement characters, as if the text were fine.
+    model = _model(3, seed=1)
+    tokenizer = InGraphTokenizer(SPM_MODEL)
+    single = _ClassifierServing(model, tokenizer, MAX_SEQ_LENGTH, glue.MNLI_LABELS, False)
+    pair = _ClassifierServing(model, tokenizer, MAX_SEQ_LENGTH, glue.MNLI_LABELS, True)
+    valid = ["café".encode(), "\ufffd a\x00b 😀".encode(), b""]
+    assert single.serve(tf.constant(valid))["label"].shape == [3]
+    assert pair.serve(tf.constant(valid), tf.constant(valid[::-1]))["label"].shape == [3]
+    for invalid in [b"caf\xe9", b"abc\xf0\x9f", b"\xed\xa0\x80"]:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="sentence_a must be UTF-8"):
+            single.serve(tf.constant([b"gold", invalid]))
+        with pytest.raises(tf.errors.InvalidArgumentError, match="sentence_b must be UTF-8"):
+            pair.serve(tf.constant([b"gold", b"free"]), tf.constant([b"x", invalid]))

@@ -316,6 +316,29 @@ def test_questions_and_contexts_of_unequal_rows_are_a_clear_error(rows):
         )
 
 
+def test_text_that_is_not_utf8_is_a_clear_error():
+    # A Latin-1 "café" context was served the answer "" with a high score.
+    sp_model = load_spm_model(SPM_MODEL)
+    serving = _QuestionAnsweringServing(
+        _model(seed=0),
+        InGraphTokenizer(SPM_MODEL),
+        tf_text.SentencepieceTokenizer(model=sp_model.serialized_model_proto()),
+        sp_model.unk_id(),
+        MAX_SEQ_LENGTH,
+        MAX_QUERY_LENGTH,
+        MAX_ANSWER_LENGTH,
+        n_best_size=20,
+        doc_stride=128,
+    )
+    context = "Le café de la gare est à côté du musée."
+    out = serving.serve(tf.constant(["où?"]), tf.constant([context]))
+    assert out["answer"].shape == [1]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="context must be UTF-8"):
+        serving.serve(tf.constant(["où?"]), tf.constant([context.encode("latin-1")]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="question must be UTF-8"):
+        serving.serve(tf.constant(["où?".encode("latin-1")]), tf.constant([context]))
+
+
 def test_a_max_seq_length_over_the_position_embeddings_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="max_seq_length=200 exceeds the model's max_position_"):
         export_question_answering(_model(seed=0), SPM_MODEL, True, str(tmp_path / "e"), 200)
