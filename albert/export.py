@@ -59,10 +59,11 @@ class _ClassifierServing(tf.Module):
             self.serve = tf.function(self._serve_single, input_signature=spec)
 
     def _serve_single(self, sentence_a):
-        return self._outputs([sentence_a])
+        return self._outputs([utf8_text(sentence_a, "sentence_a")])
 
     def _serve_pair(self, sentence_a, sentence_b):
-        return self._outputs([sentence_a, sentence_b])
+        sentences = [utf8_text(sentence_a, "sentence_a"), utf8_text(sentence_b, "sentence_b")]
+        return self._outputs(same_rows(sentences, ("sentence_a", "sentence_b")))
 
     def _outputs(self, sentences):
         segments = [self.tokenizer.tokenize(s) for s in sentences]  # each [B, (P)]
@@ -84,6 +85,39 @@ class _ClassifierServing(tf.Module):
         if self._threshold is not None:
             outputs["threshold"] = tf.fill(tf.shape(logits)[:1], self._threshold)  # [B]
         return outputs
+
+
+def utf8_text(text, name):
+    """`text` (tf.string [B]) once checked to be UTF-8 text: else the request fails naming the
+    input and its rows. Other bytes (Latin-1 from a gRPC client, a character cut in two) were
+    served an answer computed from replacement characters: a Latin-1 "café" context answered
+    "" with a high score. Fine-tuning never reads such text (its readers refuse it).
+    """
+    # A surrogate never decodes from valid UTF-8, so it marks the bytes that are not.
+    codes = tf.strings.unicode_decode(text, "UTF-8", errors="replace", replacement_char=0xD800)
+    invalid = tf.where(tf.reduce_any(tf.equal(codes, 0xD800), axis=1))[:, 0]  # [rows]
+    check = tf.debugging.Assert(
+        tf.equal(tf.size(invalid), 0), [f"{name} must be UTF-8 text; rows that are not:", invalid]
+    )
+    with tf.control_dependencies([check]):  # Before any op that reads the text.
+        return tf.identity(text)
+
+
+def same_rows(inputs, names):
+    """The two string inputs [B] of a signature, once checked to hold as many rows: else the
+    request fails with a message naming them, not deep in the tokenizer's ragged ops
+    ("Incompatible shapes: [2] vs. [4]", "indices[1] = 1 is not in [0, 1)").
+
+    TF Serving's columnar format (`{"inputs": {...}}`) lets a client send such a request.
+    """
+    first, second = inputs
+    check = tf.debugging.assert_equal(
+        tf.shape(first)[0],
+        tf.shape(second)[0],
+        message=f"{names[0]} and {names[1]} must hold as many rows (one of each per example)",
+    )
+    with tf.control_dependencies([check]):  # Before any op that would fail on them.
+        return tf.identity(first), tf.identity(second)
 
 
 def check_export_dir(export_dir):

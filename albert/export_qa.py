@@ -7,16 +7,19 @@ with the span head) whose `serving_default` signature is
              context   tf.string [batch]
     outputs  answer       tf.string [batch]   the span's text in the context (see below)
              start_index  int32 [batch]       first and last token of the span in the packed
-             end_index    int32 [batch]       input `[CLS] question [SEP] context [SEP]`
+             end_index    int32 [batch]       input `[CLS] question [SEP] window [SEP]` of the
+                                              window it was found in
              score        float32 [batch]     start logit + end logit of the span
 
 The text goes through `albert.text_ops.InGraphTokenizer` (the same ids as `FullTokenizer`);
-the question keeps its first `max_query_length` tokens and the context the first tokens that
-still fit, so ONE window is read (no sliding windows: an answer beyond the first
-`max_seq_length - len(question) - 3` context tokens cannot be found). The span is the highest
-start + end logit over context tokens with start <= end and at most `max_answer_length`
-tokens, its start among the `n_best_size` highest start logits of the input and its end among
-the highest end logits, as run_squad pairs them (none valid: answer "", score float32 min).
+the question keeps its first `max_query_length` tokens and the context is read in the windows
+of run_squad's features: `max_seq_length - len(question) - 3` tokens each, `doc_stride` apart,
+each window a row of the model's batch. In each window the span is the highest start + end
+logit over context tokens with start <= end and at most `max_answer_length` tokens, its start
+among the `n_best_size` highest start logits of the window's input and its end among the
+highest end logits, as run_squad pairs them, and its start a token that has its most context
+in that window (BERT's rule); the answer is the best window's span (the first on equal
+scores; none valid: answer "", score float32 min).
 `answer` is the ORIGINAL characters of the context that the span's tokens came from,
 ends stripped: the text `run_squad.py` writes to predictions.json for the same span
 (`albert.data.squad_postprocessing.answer_text`). It is found as `albert.data.squad_alignment`
@@ -33,7 +36,8 @@ Loading needs TensorFlow and tensorflow-text only (import tensorflow_text first)
     serve = tf.saved_model.load(export_dir).signatures["serving_default"]
     serve(question=tf.constant(["who?"]), context=tf.constant(["..."]))["answer"]
 
-Shape letters: B batch, S max_seq_length, P context pieces, C context characters.
+Shape letters: B batch, N windows of the batch, S max_seq_length, P context pieces, L
+window pieces, C context characters.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ import tensorflow_text as tf_text
 
 from albert import fileio
 from albert.errors import AlbertError
-from albert.export import check_export_dir, check_max_seq_length
+from albert.export import check_export_dir, check_max_seq_length, same_rows, utf8_text
 from albert.text_ops import InGraphTokenizer, strip_accents
 from albert.tokenization import SPIECE_UNDERLINE, load_spm_model
 
@@ -55,7 +59,8 @@ class QuestionAnsweringError(AlbertError):
 
 
 class _QuestionAnsweringServing(tf.Module):
-    """Raw (question, context) -> in-graph tokenizer -> span head -> best span -> text.
+    """Raw (question, context) -> in-graph tokenizer -> windows -> span head -> best span
+    -> text.
 
     The Keras model is not an attribute (the SavedModel must not serialise the Keras object);
     its variables are tracked as a plain list.
@@ -71,6 +76,7 @@ class _QuestionAnsweringServing(tf.Module):
         max_query_length,
         max_answer_length,
         n_best_size,
+        doc_stride,
     ):
         super().__init__(name="albert_question_answering_serving")
         self.tokenizer = tokenizer
@@ -82,6 +88,7 @@ class _QuestionAnsweringServing(tf.Module):
         self._max_query_length = max_query_length
         self._max_answer_length = max_answer_length
         self._n_best_size = n_best_size
+        self._doc_stride = doc_stride
         spec = [
             tf.TensorSpec([None], tf.string, name="question"),
             tf.TensorSpec([None], tf.string, name="context"),
@@ -89,29 +96,53 @@ class _QuestionAnsweringServing(tf.Module):
         self.serve = tf.function(self._serve, input_signature=spec)
 
     def _serve(self, question, context):
+        texts = [utf8_text(question, "question"), utf8_text(context, "context")]
+        question, context = same_rows(texts, ("question", "context"))
         question_ids = self.tokenizer.tokenize(question)[:, : self._max_query_length]
         context_ids = self.tokenizer.tokenize(context)  # [B, (P)]
-        # The first window of fine-tuning's features: the question whole, the context cut to
-        # the rest (pack's truncate-the-longer rule could cut the question instead).
+        # The windows of fine-tuning's features: the question whole, the context cut to the
+        # rest (pack's truncate-the-longer rule could cut the question instead) in windows
+        # `doc_stride` apart, each read as a row of its own.
         room = self._max_seq_length - 3 - question_ids.row_lengths()  # [B]
-        window = tf.ragged.boolean_mask(
-            context_ids, tf.ragged.range(context_ids.row_lengths()) < room[:, None]
-        )  # [B, (<= room)]
-        inputs = self.tokenizer.pack([question_ids, window], self._max_seq_length)
+        example, window_start, length = doc_windows(
+            context_ids.row_lengths(), room, self._doc_stride
+        )  # [N] each
+        positions = tf.ragged.range(window_start, window_start + length)  # [N, (L)]
+        flat_positions = positions + tf.gather(context_ids.row_starts(), example)[:, None]
+        window = tf.gather(context_ids.flat_values, flat_positions)  # [N, (L)]
+        inputs = self.tokenizer.pack(
+            [tf.gather(question_ids, example), window], self._max_seq_length
+        )
         outputs = self._call_model(inputs)
-        start_logits = tf.cast(outputs["start_logits"], tf.float32)  # [B, S]
-        end_logits = tf.cast(outputs["end_logits"], tf.float32)  # [B, S]
+        start_logits = tf.cast(outputs["start_logits"], tf.float32)  # [N, S]
+        end_logits = tf.cast(outputs["end_logits"], tf.float32)  # [N, S]
         # Context tokens: segment 1 without the final [SEP].
         is_context = (inputs["segment_ids"] == 1) & (inputs["input_ids"] != self.tokenizer.sep_id)
-        start, end, score = best_span(
-            start_logits, end_logits, is_context, self._max_answer_length, self._n_best_size
-        )
         # The context's first token follows [CLS] question [SEP]: segment 0.
         is_first_segment = (inputs["segment_ids"] == 0) & (inputs["input_mask"] == 1)
-        context_start = tf.reduce_sum(tf.cast(is_first_segment, tf.int32), axis=1)  # [B]
-        answer = self._original_text(
-            context, context_ids, start - context_start, end - context_start
-        )
+        context_start = tf.reduce_sum(tf.cast(is_first_segment, tf.int32), axis=1)  # [N]
+        is_max_context = tf.concat(
+            [
+                tf.ragged.range(context_start) < 0,  # all False: [CLS] question [SEP]
+                max_context(flat_positions, length, tf.size(context_ids.flat_values)),
+            ],
+            axis=1,
+        ).to_tensor(False, shape=[None, self._max_seq_length])  # [N, S]
+        start, end, score = best_span(
+            start_logits,
+            end_logits,
+            is_context,
+            self._max_answer_length,
+            self._n_best_size,
+            is_max_context,
+        )  # [N] each
+        chosen = _first_best(score, example, tf.shape(context)[0])  # [B]
+        start, end, score = (tf.gather(t, chosen) for t in (start, end, score))
+        # Spans as context pieces; none found (start 0, [CLS]): -1, which answers "".
+        piece_offset = tf.gather(tf.cast(window_start, tf.int32) - context_start, chosen)
+        first_piece = tf.where(start > 0, start + piece_offset, -1)
+        last_piece = tf.where(start > 0, end + piece_offset, -1)
+        answer = self._original_text(context, context_ids, first_piece, last_piece)
         return {"answer": answer, "start_index": start, "end_index": end, "score": score}
 
     def _original_text(self, context, context_ids, first_piece, last_piece):
@@ -202,6 +233,82 @@ class _QuestionAnsweringServing(tf.Module):
         return tf.tensor_scatter_nd_update(flat_chars, targets, values)
 
 
+def doc_windows(num_tokens, room, doc_stride):
+    """`albert.data.squad_features.doc_spans` for a batch: the windows over each row's
+    context tokens, in row order, then window order.
+
+    Every window but a row's last is `room` tokens long, so the windows start
+    `min(room, doc_stride)` apart and a row of P tokens has 1 + ceil((P - room) / step) of
+    them (one, maybe empty, when P <= room).
+
+    Args:
+        num_tokens: int64 [B], the context tokens of each row (P).
+        room: int64 [B], the context tokens a window holds (max_tokens_for_doc), >= 1.
+        doc_stride: tokens between the starts of consecutive windows, >= 1.
+
+    Returns:
+        (example, start, length): int64 [N] each; the row of each window, its first token
+        and its number of tokens.
+    """
+    step = tf.minimum(room, doc_stride)  # [B]
+    count = 1 + (tf.maximum(num_tokens - room, 0) + step - 1) // step  # [B]
+    example = tf.repeat(tf.range(tf.size(count, out_type=tf.int64)), count)  # [N]
+    start = tf.ragged.range(count).flat_values * tf.gather(step, example)  # [N]
+    length = tf.minimum(tf.gather(num_tokens, example) - start, tf.gather(room, example))
+    return example, start, length
+
+
+def max_context(token_index, length, num_tokens):
+    """`albert.data.squad_features.max_context_windows` for a batch of windows: whether each
+    window is the one where each of its tokens has the most context, scored
+    min(left, right) + 0.01 * window length, the first window winning ties.
+
+    Args:
+        token_index: int64 RaggedTensor [N, (L)], each window's tokens as indices into all
+            rows' tokens (unique per row and position), windows of a row in order.
+        length: int64 [N], the windows' lengths (L).
+        num_tokens: the number of indices (the batch's context tokens).
+
+    Returns:
+        bool RaggedTensor [N, (L)].
+    """
+    local = tf.ragged.range(length)  # [N, (L)]
+    # In float64 with the featurizer's operations (min, then + 0.01 * length), so that scores
+    # equal there are equal here: exact arithmetic would differ (1 + 0.01 * 118 and
+    # 2 + 0.01 * 18 are equal, but 2.1799999999999997 < 2.18 there).
+    score = tf.cast(tf.minimum(local, length[:, None] - 1 - local), tf.float64) + 0.01 * tf.cast(
+        length[:, None], tf.float64
+    )  # [N, (L)]
+    flat_index = token_index.flat_values  # [T]
+    window = score.value_rowids()  # [T]
+    best = tf.math.unsorted_segment_max(score.flat_values, flat_index, num_tokens)
+    is_best = tf.equal(score.flat_values, tf.gather(best, flat_index))  # [T]
+    # Of the windows with the best score, the first.
+    first = tf.math.unsorted_segment_min(
+        tf.where(is_best, window, tf.size(length, out_type=tf.int64)), flat_index, num_tokens
+    )
+    return score.with_flat_values(tf.equal(window, tf.gather(first, flat_index)))
+
+
+def _first_best(score, example, num_examples):
+    """int32 [B]: for each example, its window of the highest score, the first of equal
+    scores (as predictions.json's stable sort of all windows' candidates).
+
+    Args:
+        score: float32 [N], each window's best span score.
+        example: int64 [N], each window's example, in order.
+        num_examples: B.
+    """
+    windows = tf.range(tf.shape(example)[0])  # [N]
+    best = tf.math.unsorted_segment_max(score, example, num_examples)  # [B]
+    # A NaN score (a diverged model) equals nothing: it counts as best rather than leaving its
+    # example without a window.
+    is_best = tf.equal(score, tf.gather(best, example)) | tf.math.is_nan(score)  # [N]
+    return tf.math.unsorted_segment_min(
+        tf.where(is_best, windows, tf.shape(example)[0]), example, num_examples
+    )
+
+
 def _take(values, index):
     """`values[b, index[b]]` for int [B, N] values; an index outside [0, N) (an empty context,
     a span outside it) reads 0 instead of failing."""
@@ -211,7 +318,9 @@ def _take(values, index):
     return tf.gather(padded, tf.where(inside, index, width), batch_dims=1)
 
 
-def best_span(start_logits, end_logits, is_context, max_answer_length, n_best_size=None):
+def best_span(
+    start_logits, end_logits, is_context, max_answer_length, n_best_size=None, is_max_context=None
+):
     """The best valid span of each row: context tokens, start <= end, at most
     `max_answer_length` tokens, highest start + end logit; with `n_best_size`, only among the
     `n_best_size` highest start logits and end logits of the row, as
@@ -223,6 +332,8 @@ def best_span(start_logits, end_logits, is_context, max_answer_length, n_best_si
         is_context: bool [B, S], the tokens an answer may cover.
         max_answer_length: longest span, in tokens.
         n_best_size: starts and ends tried per row (of all S positions), or None for all.
+        is_max_context: bool [B, S], the tokens a span may start at (those whose window this
+            row is, see `max_context`), or None for every context token.
 
     Returns:
         (start, end, score): int32 [B], int32 [B], float32 [B].
@@ -232,6 +343,8 @@ def best_span(start_logits, end_logits, is_context, max_answer_length, n_best_si
     offset = positions[None, :] - positions[:, None]  # [S, S]: end - start
     allowed = (offset >= 0) & (offset < max_answer_length)  # [S, S]
     is_start, is_end = is_context, is_context  # [B, S] each
+    if is_max_context is not None:
+        is_start = is_start & is_max_context
     if n_best_size is not None:
         is_start = is_start & _is_top(start_logits, n_best_size)
         is_end = is_end & _is_top(end_logits, n_best_size)
@@ -261,6 +374,7 @@ def export_question_answering(
     max_query_length=64,
     max_answer_length=30,
     n_best_size=20,
+    doc_stride=128,
 ):
     """Writes a SavedModel of a fine-tuned SQuAD 1.1 model that takes raw strings.
 
@@ -269,15 +383,17 @@ def export_question_answering(
         spm_model_file: the SentencePiece model the model was fine-tuned with.
         do_lower_case: whether the text was lower-cased.
         export_dir: where to write the SavedModel.
-        max_seq_length, max_query_length, max_answer_length, n_best_size: as in
-            fine-tuning (`--n_best_size`: the span is chosen among the highest start and end
-            logits, as predictions.json's).
+        max_seq_length, max_query_length, max_answer_length, n_best_size, doc_stride: as
+            in fine-tuning (`--n_best_size`: the span is chosen among the highest start and
+            end logits, as predictions.json's; `--doc_stride`: a long context is read in
+            windows this many tokens apart, as run_squad's features).
 
     Returns:
         `export_dir`.
 
     Raises:
-        QuestionAnsweringError: a v2 model, or a question budget leaving no context room.
+        QuestionAnsweringError: a v2 model, a question budget leaving no context room, or
+            a `doc_stride` below 1.
         ValueError: `max_seq_length` exceeds the model's position embeddings.
         FileExistsError: `export_dir` holds something other than a SavedModel
             (`albert.export.check_export_dir`).
@@ -294,6 +410,8 @@ def export_question_answering(
             f"max_seq_length={max_seq_length} leaves no room for the context after "
             f"max_query_length={max_query_length} and 3 special tokens."
         )
+    if doc_stride < 1:
+        raise QuestionAnsweringError(f"doc_stride must be positive. Received: {doc_stride}")
     check_max_seq_length(model, max_seq_length)
     tokenizer = InGraphTokenizer(spm_model_file, do_lower_case=do_lower_case)
     sp_model = load_spm_model(spm_model_file)
@@ -307,6 +425,7 @@ def export_question_answering(
         max_query_length,
         max_answer_length,
         n_best_size,
+        doc_stride,
     )
     with fileio.atomic_directory(export_dir) as temporary:  # Never half a SavedModel.
         tf.saved_model.save(

@@ -231,3 +231,33 @@ def test_an_export_dir_holding_other_files_is_refused_and_left_whole(tmp_path):
     with pytest.raises(FileExistsError, match="not a SavedModel"):
         export_classifier(_model(3, seed=1), SPM_MODEL, True, 8, glue.MNLI_LABELS, str(folder))
     assert _tree(folder) == {Path("model.ckpt-100.index"): b"checkpoint"}
+
+
+@pytest.mark.parametrize("rows", [(2, 4), (1, 3), (3, 1), (0, 1)])
+def test_sentences_of_unequal_rows_are_a_clear_error(rows):
+    # TF Serving's columnar format lets a client send 2 sentence_a and 4 sentence_b; that
+    # failed deep in the tokenizer ("Incompatible shapes: [2] vs. [4]").
+    serving = _ClassifierServing(
+        _model(3, seed=1), InGraphTokenizer(SPM_MODEL), MAX_SEQ_LENGTH, glue.MNLI_LABELS, True
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match="sentence_a and sentence_b must"):
+        serving.serve(
+            tf.constant(["gold"] * rows[0], tf.string), tf.constant(["free"] * rows[1], tf.string)
+        )
+
+
+def test_text_that_is_not_utf8_is_a_clear_error():
+    # A gRPC client can send Latin-1 bytes, or cut a character in two; those were served a
+    # prediction made from replacement characters, as if the text were fine.
+    model = _model(3, seed=1)
+    tokenizer = InGraphTokenizer(SPM_MODEL)
+    single = _ClassifierServing(model, tokenizer, MAX_SEQ_LENGTH, glue.MNLI_LABELS, False)
+    pair = _ClassifierServing(model, tokenizer, MAX_SEQ_LENGTH, glue.MNLI_LABELS, True)
+    valid = ["café".encode(), "\ufffd a\x00b 😀".encode(), b""]
+    assert single.serve(tf.constant(valid))["label"].shape == [3]
+    assert pair.serve(tf.constant(valid), tf.constant(valid[::-1]))["label"].shape == [3]
+    for invalid in [b"caf\xe9", b"abc\xf0\x9f", b"\xed\xa0\x80"]:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="sentence_a must be UTF-8"):
+            single.serve(tf.constant([b"gold", invalid]))
+        with pytest.raises(tf.errors.InvalidArgumentError, match="sentence_b must be UTF-8"):
+            pair.serve(tf.constant([b"gold", b"free"]), tf.constant([b"x", invalid]))

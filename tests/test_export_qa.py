@@ -1,6 +1,7 @@
 """The QA SavedModel's `answer` is the text predictions.json gives for the same span: the
 original characters of the context (case, accents, spacing kept), no surrounding whitespace."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,8 +10,14 @@ import pytest
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from albert.data import squad, squad_alignment, squad_postprocessing
-from albert.export_qa import _QuestionAnsweringServing, best_span, export_question_answering
+from albert.data import squad, squad_alignment, squad_features, squad_postprocessing
+from albert.export_qa import (
+    _first_best,
+    _QuestionAnsweringServing,
+    doc_windows,
+    export_question_answering,
+    max_context,
+)
 from albert.modeling import AlbertBackbone, AlbertQuestionAnswering
 from albert.text_ops import InGraphTokenizer
 from albert.tokenization import FullTokenizer, load_spm_model
@@ -106,12 +113,54 @@ def test_served_answers_are_the_predictions_json_text(tmp_path):
     assert served == predictions
 
 
+@pytest.mark.slow  # builds, exports and serves a model (~12 s)
+@pytest.mark.skipif(not SHARED_SQUAD.exists(), reason="no shared SQuAD data")
+def test_long_contexts_are_read_in_windows_as_predictions_json(tmp_path):
+    # run_squad reads a context longer than a window in windows doc_stride apart and answers
+    # from the window where the span's start has the most context. The SavedModel read the
+    # first window only: an answer later in the context was never found. The batch mixes
+    # whole dev contexts (several windows each) with one-window and empty ones.
+    max_seq_length, max_query_length, doc_stride = 48, 12, 10
+    data = json.loads(SHARED_SQUAD.read_text(encoding="utf-8"))["data"]
+    pairs = [
+        (qa["question"], p["context"])
+        for article in data
+        for p in article["paragraphs"]
+        for qa in p["qas"]
+    ]
+    pairs[1:1] = [("x?", "x"), ("what?", "   "), ("who?", "The river flows to the sea.")]
+    _write_dev(tmp_path / "dev.json", pairs)
+    tokenizer = FullTokenizer(spm_model_file=SPM_MODEL, do_lower_case=True)
+    squad_data = squad.load_features(
+        str(tmp_path / "dev.json"), tokenizer, False, max_seq_length, doc_stride, max_query_length
+    )
+    model = _model(seed=2)
+    predictions = _predictions_json(squad_data, model, n_best_size=20)
+    questions, contexts = zip(*pairs, strict=True)
+    served = _served_answers(
+        model,
+        tmp_path / "export",
+        questions,
+        contexts,
+        max_seq_length,
+        max_query_length,
+        doc_stride=doc_stride,
+    )
+    assert served == predictions
+    # Most answers come from windows after the first: reading only the first fails here.
+    first_windows = [f for f in squad_data.features if f.doc_span_index == 0]
+    first_only = _predictions_json(
+        dataclasses.replace(squad_data, features=first_windows), model, n_best_size=20
+    )
+    assert sum(a != b for a, b in zip(first_only, predictions, strict=True)) > len(pairs) // 2
+
+
 @pytest.mark.slow  # builds, exports and serves a model (~9 s)
 def test_a_question_budget_over_half_the_window_is_served_as_fine_tuning_reads_it(tmp_path):
     # run_squad trains with any max_query_length that leaves context room (here 20 of 40);
-    # the served input must be the first window of its features: the question's first
+    # the served inputs must be the windows of its features: the question's first
     # max_query_length tokens whole, the context cut to the rest.
-    max_seq_length, max_query_length = 40, 20
+    max_seq_length, max_query_length, doc_stride = 40, 20, 8
     question = "Which river flows to the sea past the old mill and the people of the town " * 2
     contexts = ["The river flows to the sea. " * 6, "Gold came to the town."]
     _write_dev(tmp_path / "dev.json", [(question, context) for context in contexts])
@@ -119,19 +168,14 @@ def test_a_question_budget_over_half_the_window_is_served_as_fine_tuning_reads_i
     assert len(tokenizer.tokenize(question)) > max_query_length
     assert len(tokenizer.tokenize(contexts[0])) > max_seq_length
     data = squad.load_features(
-        str(tmp_path / "dev.json"), tokenizer, False, max_seq_length, 8, max_query_length
+        str(tmp_path / "dev.json"), tokenizer, False, max_seq_length, doc_stride, max_query_length
     )
-    first_windows = [f for f in data.features if f.doc_span_index == 0]
     model = _model(seed=3)
-    outputs = model(_model_inputs(first_windows), training=False)
-    is_context = np.array(
-        [[i in f.token_to_orig_map for i in range(max_seq_length)] for f in first_windows]
+    results = squad_postprocessing.results_by_unique_id(
+        [f.unique_id for f in data.features], model(_model_inputs(data.features), training=False)
     )
-    start, end, score = best_span(
-        tf.constant(outputs["start_logits"], tf.float32),
-        tf.constant(outputs["end_logits"], tf.float32),
-        tf.constant(is_context),
-        MAX_ANSWER_LENGTH,
+    predictions, nbest = squad_postprocessing.compute_predictions_v1(
+        data.examples, data.features, results, 20, MAX_ANSWER_LENGTH
     )
 
     export_dir = export_question_answering(
@@ -142,12 +186,13 @@ def test_a_question_budget_over_half_the_window_is_served_as_fine_tuning_reads_i
         max_seq_length,
         max_query_length,
         MAX_ANSWER_LENGTH,
+        doc_stride=doc_stride,
     )
     serve = tf.saved_model.load(export_dir).signatures["serving_default"]
     out = serve(question=tf.constant([question] * 2), context=tf.constant(contexts))
-    assert out["start_index"].numpy().tolist() == start.numpy().tolist()
-    assert out["end_index"].numpy().tolist() == end.numpy().tolist()
-    assert np.max(np.abs(out["score"].numpy() - score.numpy())) < 1e-4
+    assert [a.decode() for a in out["answer"].numpy()] == [predictions["q0"], predictions["q1"]]
+    scores = [nbest[q][0]["start_log_prob"] + nbest[q][0]["end_log_prob"] for q in ("q0", "q1")]
+    assert np.max(np.abs(out["score"].numpy() - scores)) < 1e-4
 
 
 @pytest.mark.slow  # builds, exports and serves a model (~9 s)
@@ -233,6 +278,7 @@ def test_a_decomposed_accent_stays_with_the_answer_it_ends(do_lower_case):
         MAX_QUERY_LENGTH,
         MAX_ANSWER_LENGTH,
         n_best_size=20,
+        doc_stride=128,
     )
     tokenizer = FullTokenizer(spm_model_file=SPM_MODEL, do_lower_case=do_lower_case)
     for context in contexts:
@@ -247,7 +293,93 @@ def test_a_decomposed_accent_stays_with_the_answer_it_ends(do_lower_case):
         assert [text.decode("utf-8") for text in served] == expected, context
 
 
+@pytest.mark.parametrize("rows", [(2, 4), (1, 3), (3, 1), (0, 1)])
+def test_questions_and_contexts_of_unequal_rows_are_a_clear_error(rows):
+    # TF Serving's columnar format lets a client send 1 question and 3 contexts; that failed
+    # deep in the ragged ops ("indices[1] = 1 is not in [0, 1)").
+    sp_model = load_spm_model(SPM_MODEL)
+    serving = _QuestionAnsweringServing(
+        _model(seed=0),
+        InGraphTokenizer(SPM_MODEL),
+        tf_text.SentencepieceTokenizer(model=sp_model.serialized_model_proto()),
+        sp_model.unk_id(),
+        MAX_SEQ_LENGTH,
+        MAX_QUERY_LENGTH,
+        MAX_ANSWER_LENGTH,
+        n_best_size=20,
+        doc_stride=128,
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match="question and context must"):
+        serving.serve(
+            tf.constant(["who?"] * rows[0], tf.string),
+            tf.constant(["the river"] * rows[1], tf.string),
+        )
+
+
+def test_text_that_is_not_utf8_is_a_clear_error():
+    # A Latin-1 "café" context was served the answer "" with a high score.
+    sp_model = load_spm_model(SPM_MODEL)
+    serving = _QuestionAnsweringServing(
+        _model(seed=0),
+        InGraphTokenizer(SPM_MODEL),
+        tf_text.SentencepieceTokenizer(model=sp_model.serialized_model_proto()),
+        sp_model.unk_id(),
+        MAX_SEQ_LENGTH,
+        MAX_QUERY_LENGTH,
+        MAX_ANSWER_LENGTH,
+        n_best_size=20,
+        doc_stride=128,
+    )
+    context = "Le café de la gare est à côté du musée."
+    out = serving.serve(tf.constant(["où?"]), tf.constant([context]))
+    assert out["answer"].shape == [1]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="context must be UTF-8"):
+        serving.serve(tf.constant(["où?"]), tf.constant([context.encode("latin-1")]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="question must be UTF-8"):
+        serving.serve(tf.constant(["où?".encode("latin-1")]), tf.constant([context]))
+
+
 def test_a_max_seq_length_over_the_position_embeddings_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="max_seq_length=200 exceeds the model's max_position_"):
         export_question_answering(_model(seed=0), SPM_MODEL, True, str(tmp_path / "e"), 200)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_windows_and_max_context_are_the_features_ones():
+    # Context lengths around the window size and its stride multiples, empty ones included;
+    # the last row's token 116 scores 1 + 0.01 * 118 in its first window and 2 + 0.01 * 18
+    # in its second: equal in exact arithmetic, but the featurizer's floats make the second
+    # higher (2.1799999999999997 < 2.18), so the second window is the token's.
+    rng = np.random.default_rng(5)
+    num_tokens = np.array([0, 1, 7, 8, 9, 15, 16, 17, 40, 3, *rng.integers(0, 60, 20), 119])
+    room = np.array([8, 8, 8, 8, 8, 8, 8, 8, 1, 3, *rng.integers(1, 20, 20), 118])
+    for doc_stride in (1, 3, 8, 101, 128):
+        example, start, length = doc_windows(tf.constant(num_tokens), tf.constant(room), doc_stride)
+        expected = [
+            (row, *span)
+            for row, (tokens, window) in enumerate(zip(num_tokens, room, strict=True))
+            for span in squad_features.doc_spans(int(tokens), int(window), doc_stride)
+        ]
+        got = list(zip(example.numpy(), start.numpy(), length.numpy(), strict=True))
+        assert got == expected, doc_stride
+        token_index = (
+            tf.ragged.range(start, start + length)
+            + tf.gather(tf.cumsum(tf.constant(num_tokens), exclusive=True), example)[:, None]
+        )
+        served = max_context(token_index, length, int(num_tokens.sum())).to_list()
+        for row, tokens in enumerate(num_tokens):
+            spans = squad_features.doc_spans(int(tokens), int(room[row]), doc_stride)
+            best = squad_features.max_context_windows(spans)
+            rows = [i for i, e in enumerate(example.numpy()) if e == row]
+            for index, (span_start, span_length) in zip(rows, spans, strict=True):
+                window = range(span_start, span_start + span_length)
+                assert served[index] == [best[p] == index - rows[0] for p in window]
+
+
+def test_each_question_takes_its_first_best_window():
+    score = tf.constant([1.0, 3.0, 3.0, 2.0, np.nan, 5.0, np.nan], tf.float32)
+    example = tf.constant([0, 0, 0, 1, 2, 3, 3], tf.int64)
+    # Ties: the first window, as predictions.json's stable sort; NaN (a diverged model): a
+    # window of its own example, not an index past the windows.
+    chosen = _first_best(score, example, 4).numpy().tolist()
+    assert chosen[:3] == [1, 3, 4] and chosen[3] in (5, 6)

@@ -307,6 +307,7 @@ class SquadTask(engine.FineTuningTask):
             max_query_length=self.window["max_query_length"],
             max_answer_length=self.max_answer_length,
             n_best_size=self.n_best_size,
+            doc_stride=self.window["doc_stride"],
         )
 
 
