@@ -88,7 +88,8 @@ def define_finetuning_flags(
             flags.DEFINE_string,
             "export_dir",
             None,
-            "Write a SavedModel taking raw strings (in-graph tokenizer) here.",
+            "Write a SavedModel taking raw strings (in-graph tokenizer) here: GLUE and SQuAD "
+            "1.1 heads (not SQuAD 2.0 or RACE).",
         ),
         (
             flags.DEFINE_float,
