@@ -18,8 +18,6 @@ Example:
 
 from __future__ import annotations
 
-import os
-
 from absl import logging
 
 from albert.checkpoints import hf, keras_format, remote
@@ -75,7 +73,8 @@ def detect_format(path: str) -> str:
             "keras.saving.load_model, or write its weights with save_checkpoint(model, DIR, "
             '"keras") and pass DIR.'
         )
-    if "://" not in path and not os.path.exists(path) and not os.path.exists(path + ".index"):
+    # A remote path too: "No TF1 checkpoint at ..." misled about an HF or Keras folder's typo.
+    if not remote.exists(path) and not remote.exists(path + ".index"):
         raise CheckpointError(f"No checkpoint found at {path}: {_EXPECTED}.")
     prefix = _tf1().resolve_prefix(path)  # raises naming what is wrong with the TF1 path
     return TRAINING if _training().is_training_checkpoint(prefix) else "tf1"

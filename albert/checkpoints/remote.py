@@ -33,6 +33,16 @@ def isfile(path: str) -> bool:
     return tf.io.gfile.exists(path)
 
 
+def exists(path: str) -> bool:
+    """`os.path.exists` of a local path; `tf.io.gfile.exists` of a remote one (a folder on an
+    object store exists while it holds a file)."""
+    if not is_remote(path):
+        return os.path.exists(path)
+    import tensorflow as tf  # only for remote paths such as gs://
+
+    return tf.io.gfile.exists(path)
+
+
 @contextlib.contextmanager
 def local_copies(folder: str, names):
     """Yields a local temporary folder holding copies of those of `names` that the remote

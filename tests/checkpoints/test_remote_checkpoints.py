@@ -138,3 +138,10 @@ def test_init_checkpoint_takes_a_remote_fine_tuned_folder(tmp_path, monkeypatch,
     assert load_finetuning_weights(again, remote, require_head=True, labels=["0", "1"])
     assert _max_abs_diff(again.weights, model.weights) == 0
     _no_local_scheme_folder(tmp_path)
+
+
+def test_a_missing_remote_path_is_no_checkpoint_of_any_format(tmp_path):
+    # Not "No TF1 checkpoint at ...": the path may be a mistyped HF or Keras folder.
+    missing = f"ram://{tmp_path.name}-missing/albert_hf"
+    with pytest.raises(CheckpointError, match=f"No checkpoint found at {missing}: expected a TF1"):
+        detect_format(missing)
