@@ -17,7 +17,8 @@ An HF fine-tuned input names its classes (`id2label`), perhaps in another order 
 task's: to HF it keeps its own names and order; to TF1 or Keras, which hold no names, with
 `--task_name` its head's rows are put in the task's order (`hf.order_classes`), and without
 it they are written in the file's order (with a warning naming its classes). SQuAD v2.0's XLNet-style head has no HF class:
-`--output_format=hf` refuses it.
+`--output_format=hf` refuses it. `--input` and `--output` may be remote (gs://) in every format
+(an HF or Keras folder there is read from, and written through, a local temporary copy).
 
 Usage:
     python -m albert.convert_checkpoint --input=albert_base/model.ckpt-best \
@@ -51,6 +52,7 @@ from albert.checkpoints import (  # noqa: E402
     hf_heads,
     load_checkpoint,
     read_config,
+    remote,
     save_checkpoint,
 )
 from albert.checkpoints.stored_model import build_stored_model  # noqa: E402
@@ -68,9 +70,13 @@ flags.DEFINE_string(
     "The model's albert_config.json; optional when the input carries its config.",
 )
 flags.DEFINE_string(
-    "input", None, "A TF1 checkpoint prefix or directory, an HF directory or Keras weights."
+    "input",
+    None,
+    "A TF1 checkpoint prefix or directory, an HF directory or Keras weights (local or gs://).",
 )
-flags.DEFINE_string("output", None, "The directory to write the converted checkpoint into.")
+flags.DEFINE_string(
+    "output", None, "The directory to write the converted checkpoint into (local or gs://)."
+)
 flags.DEFINE_enum("output_format", None, ["tf1", "hf", "keras"], "The format to write.")
 flags.DEFINE_string(
     "task_name",
@@ -134,8 +140,9 @@ def convert(
     """Reads the checkpoint at `input_path` and writes it to `output` in `output_format`.
 
     Args:
-        input_path: a TF1 prefix or directory, an HF directory or Keras weights.
-        output: the directory to write.
+        input_path: a TF1 prefix or directory, an HF directory or Keras weights (local or
+            remote: gs://).
+        output: the directory to write (local or remote).
         output_format: "tf1", "hf" or "keras".
         albert_config_file: the config; read from the checkpoint when None.
         overwrite: write into an `output` that already holds files (never a training run's).
@@ -208,6 +215,14 @@ def convert(
 def written_shapes(written: str, output_format: str) -> list:
     """The shape of each tensor in the file `convert` wrote (TF1: not `global_step`), read
     back from its index or header, so the summary counts what the file holds."""
+    if output_format != "tf1" and remote.is_remote(written):
+        # gs://: safetensors and h5py read a local temporary copy of the one file.
+        folder, name = (
+            (written, hf.WEIGHTS_FILE) if output_format == "hf" else os.path.split(written)
+        )
+        with remote.local_copies(folder, (name,)) as local:
+            local_file = os.path.join(local, name)
+            return written_shapes(local if output_format == "hf" else local_file, output_format)
     if output_format == "tf1":
         from albert.checkpoints import tf1
 

@@ -4,8 +4,10 @@ the training loop's own checkpoints (`model.ckpt-<step>`, see `training_format`)
 `load_checkpoint` detects the format of a path and loads it, checking that every model
 variable is matched; `save_checkpoint` writes TF1, HF or Keras. `load_any` is what
 `--init_checkpoint` reads: a training checkpoint (or a run directory's newest one) first,
-else whatever `load_checkpoint` reads. TensorFlow is imported only for the TF1 and training
-formats, so HF and Keras checkpoints load under any Keras backend.
+else whatever `load_checkpoint` reads. Every format reads and writes local and remote (gs://)
+paths: a remote HF or Keras folder through a local temporary copy (`albert.checkpoints.remote`).
+TensorFlow is imported only for the TF1 and training formats and for remote paths, so local
+HF and Keras checkpoints load under any Keras backend.
 
 Example:
     >>> model = AlbertPretrainer(AlbertConfig.from_json_file("albert_base/albert_config.json"))
@@ -16,11 +18,9 @@ Example:
 
 from __future__ import annotations
 
-import os
-
 from absl import logging
 
-from albert.checkpoints import hf, keras_format
+from albert.checkpoints import hf, keras_format, remote
 from albert.checkpoints.table import CheckpointError, LoadResult
 
 __all__ = [
@@ -67,13 +67,14 @@ def detect_format(path: str) -> str:
         return "hf"
     if keras_format.is_keras(path):
         return "keras"
-    if path.endswith(".keras") and os.path.isfile(path):
+    if path.endswith(".keras") and remote.isfile(path):
         raise CheckpointError(
             f"{path} is a whole Keras model (model.save), not a checkpoint: load it with "
             "keras.saving.load_model, or write its weights with save_checkpoint(model, DIR, "
             '"keras") and pass DIR.'
         )
-    if "://" not in path and not os.path.exists(path) and not os.path.exists(path + ".index"):
+    # A remote path too: "No TF1 checkpoint at ..." misled about an HF or Keras folder's typo.
+    if not remote.exists(path) and not remote.exists(path + ".index"):
         raise CheckpointError(f"No checkpoint found at {path}: {_EXPECTED}.")
     prefix = _tf1().resolve_prefix(path)  # raises naming what is wrong with the TF1 path
     return TRAINING if _training().is_training_checkpoint(prefix) else "tf1"

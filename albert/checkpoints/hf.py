@@ -27,7 +27,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from albert import fileio
-from albert.checkpoints import hf_heads
+from albert.checkpoints import hf_heads, remote
 from albert.checkpoints.hf_heads import head_architecture
 from albert.checkpoints.table import (
     BACKBONE,
@@ -172,8 +172,9 @@ _LAYER_NORM_EPSILON = 1e-12
 
 
 def is_hf(path: str) -> bool:
-    """Whether `path` is a directory holding `config.json` and `model.safetensors`."""
-    return all(os.path.isfile(os.path.join(path, f)) for f in (CONFIG_FILE, WEIGHTS_FILE))
+    """Whether `path` is a directory holding `config.json` and `model.safetensors` (local, or
+    remote: gs://)."""
+    return all(remote.isfile(os.path.join(path, f)) for f in (CONFIG_FILE, WEIGHTS_FILE))
 
 
 def read_config(directory: str) -> AlbertConfig:
@@ -214,6 +215,9 @@ def read_values(directory: str) -> dict:
     Raises:
         CheckpointError: the file is missing or not valid JSON.
     """
+    if remote.is_remote(directory):  # gs://: read from a local copy, as a local file
+        with remote.local_copies(directory, (CONFIG_FILE,)) as local:
+            return read_values(local)
     path = os.path.join(directory, CONFIG_FILE)
     if not os.path.isfile(path):
         raise CheckpointError(f"No {CONFIG_FILE} in {directory}; is this an HF model directory?")
@@ -275,7 +279,8 @@ def load(model, directory: str) -> LoadResult:
 
     Args:
         model: the Keras model; its config must match `config.json`.
-        directory: holds `config.json` and `model.safetensors`.
+        directory: holds `config.json` and `model.safetensors`; local or remote (gs://,
+            read from a local temporary copy: safetensors reads local files only).
 
     Returns:
         A `LoadResult`.
@@ -285,6 +290,9 @@ def load(model, directory: str) -> LoadResult:
             missing, unexpected or mis-shaped tensor outside the task head (nothing is
             assigned then).
     """
+    if remote.is_remote(directory):
+        with remote.local_copies(directory, (CONFIG_FILE, WEIGHTS_FILE)) as local:
+            return remote.renamed(load(model, local), local, directory)
     checkpoint_config = read_config(directory)
     check_group_mapping(checkpoint_config, os.path.join(directory, CONFIG_FILE))
     check_config(
@@ -442,7 +450,9 @@ def save(model, directory: str, labels=None, problem_type=None) -> str:
             AlbertClassifier as AlbertForSequenceClassification, an AlbertMultipleChoice as
             AlbertForMultipleChoice, a SQuAD v1.1 AlbertQuestionAnswering as
             AlbertForQuestionAnswering, which holds no pooler).
-        directory: created if needed; receives `config.json` and `model.safetensors`.
+        directory: created if needed; receives `config.json` and `model.safetensors`. A
+            remote one (gs://) receives them written locally first, then copied up, each
+            under a temporary name renamed when complete.
         labels: an AlbertClassifier's label names in class-id order (config.json's
             `id2label`); None or () for HF's LABEL_0, LABEL_1, ...
         problem_type: an AlbertClassifier's HF `problem_type`; None for "regression" with
@@ -455,6 +465,11 @@ def save(model, directory: str, labels=None, problem_type=None) -> str:
         CheckpointError: the model's layer sharing cannot be written in HF names, or its
             task head has no HF class (SQuAD v2.0's), or `labels` is not one per class.
     """
+    if remote.is_remote(directory):  # safetensors writes local files: `os.makedirs` would
+        # make a local folder named `gs:`. The weights go first, as below.
+        with remote.written_locally(directory, (WEIGHTS_FILE, CONFIG_FILE)) as local:
+            save(model, local, labels, problem_type)
+        return directory
     task_architecture = head_architecture(model)
     if task_head(model)[0] is not None and task_architecture is None:
         raise CheckpointError(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from albert import fileio
+from albert.checkpoints import remote
 from albert.checkpoints.stored_model import stored_task_head
 from albert.checkpoints.table import (
     BACKBONE,
@@ -41,6 +42,8 @@ _SUFFIX = ".weights.h5"
 
 def weights_path(path: str) -> str:
     """The weights file `path` names: itself, or the one file a directory holds."""
+    if remote.is_remote(path) and not path.endswith(_SUFFIX):
+        return _remote_weights_path(path)
     if path.endswith(_SUFFIX) or not os.path.isdir(path):
         return path
     # A run's output_dir holds the final weights it exported too; it names its newest
@@ -54,16 +57,29 @@ def weights_path(path: str) -> str:
     return os.path.join(path, PRETRAINER_FILE)
 
 
+def _remote_weights_path(path: str) -> str:
+    """`weights_path` of a remote directory (gs://), asked by file names only: on ram:// and
+    some object stores every path prefix "is" a directory. A path that holds none of them
+    (a TF1 prefix, a run directory) gives a file that does not exist."""
+    if remote.isfile(os.path.join(path, "checkpoint")):
+        return path  # a run directory (see `weights_path`): `is_keras` is False
+    for name in (PRETRAINER_FILE, BACKBONE_FILE, MODEL_FILE):
+        if remote.isfile(os.path.join(path, name)):
+            return os.path.join(path, name)
+    return os.path.join(path, PRETRAINER_FILE)
+
+
 def is_keras(path: str) -> bool:
-    """Whether `path` is a `.weights.h5` file or a directory holding one that `save` writes."""
+    """Whether `path` is a `.weights.h5` file or a directory holding one that `save` writes
+    (local, or remote: gs://)."""
     file = weights_path(path)
-    return file.endswith(_SUFFIX) and os.path.isfile(file)
+    return file.endswith(_SUFFIX) and remote.isfile(file)
 
 
 def read_config(path: str) -> AlbertConfig | None:
     """The `albert_config.json` beside the weights, or None."""
     config_path = os.path.join(os.path.dirname(weights_path(path)), CONFIG_FILE)
-    return AlbertConfig.from_json_file(config_path) if os.path.isfile(config_path) else None
+    return AlbertConfig.from_json_file(config_path) if remote.isfile(config_path) else None
 
 
 def load(model, path: str) -> LoadResult:
@@ -77,7 +93,7 @@ def load(model, path: str) -> LoadResult:
     Args:
         model: the Keras model; its config must match `albert_config.json`.
         path: a directory that `save` wrote, or a `.weights.h5` file with
-            `albert_config.json` beside it.
+            `albert_config.json` beside it; local or remote (gs://).
 
     Returns:
         A `LoadResult`.
@@ -87,6 +103,10 @@ def load(model, path: str) -> LoadResult:
             weights were saved from another model class.
     """
     file = weights_path(path)
+    if remote.is_remote(file):  # gs://: Keras and h5py read a local temporary copy
+        folder, name = os.path.split(file)
+        with remote.local_copies(folder, (name, CONFIG_FILE)) as local:
+            return remote.renamed(load(model, os.path.join(local, name)), local, folder)
     if not os.path.isfile(file):
         raise CheckpointError(f"No Keras weights at {path} (expected the file {file}).")
     config = read_config(path)
@@ -174,18 +194,20 @@ def save(model, directory: str) -> str:
     Args:
         model: an AlbertPretrainer (written as `pretrainer.weights.h5`) or an AlbertBackbone
             (`backbone.weights.h5`); another model is written as `model.weights.h5`.
-        directory: created if needed.
+        directory: created if needed. A remote one (gs://) receives the files written
+            locally first, then copied up, each under a temporary name renamed when complete.
 
     Returns:
         The weights file's path.
     """
+    name = _file_name(model)
+    if remote.is_remote(directory):  # Keras writes local files: `os.makedirs` would make a
+        # local folder named `gs:`. The weights go first, as below.
+        with remote.written_locally(directory, (name, CONFIG_FILE)) as local:
+            save(model, local)
+            _remove_remote(directory, {PRETRAINER_FILE, BACKBONE_FILE} - {name})
+        return os.path.join(directory, name)
     os.makedirs(directory, exist_ok=True)
-    if isinstance(model, AlbertPretrainer):
-        name = PRETRAINER_FILE
-    elif isinstance(model, AlbertBackbone):
-        name = BACKBONE_FILE
-    else:
-        name = MODEL_FILE
     for stale in {PRETRAINER_FILE, BACKBONE_FILE} - {name}:
         if os.path.isfile(os.path.join(directory, stale)):
             os.remove(os.path.join(directory, stale))
@@ -194,3 +216,22 @@ def save(model, directory: str) -> str:
         model.save_weights(temporary)
     model_parts(model)[BACKBONE].config.to_json_file(os.path.join(directory, CONFIG_FILE))
     return file
+
+
+def _file_name(model) -> str:
+    """The weights file `save` writes `model` into."""
+    if isinstance(model, AlbertPretrainer):
+        return PRETRAINER_FILE
+    if isinstance(model, AlbertBackbone):
+        return BACKBONE_FILE
+    return MODEL_FILE
+
+
+def _remove_remote(directory: str, names) -> None:
+    """Deletes the files `names` of the remote `directory` that exist (stale weights of
+    another class, which `weights_path` would pick first)."""
+    import tensorflow as tf  # only for remote paths such as gs://
+
+    for name in names:
+        if remote.isfile(os.path.join(directory, name)):
+            tf.io.gfile.remove(os.path.join(directory, name))

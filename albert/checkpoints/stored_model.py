@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 
+from albert.checkpoints import remote
 from albert.checkpoints.table import CLASSIFIER, SQUAD_V1, SQUAD_V2, CheckpointError
 from albert.modeling import (
     AlbertClassifier,
@@ -110,8 +111,13 @@ def _stored_shapes(path: str, format_name: str) -> dict:
 
         from albert.checkpoints import keras_format
 
+        file = keras_format.weights_path(path)
+        if remote.is_remote(file):  # gs://: h5py reads a local temporary copy
+            folder, name = os.path.split(file)
+            with remote.local_copies(folder, (name,)) as local:
+                return _stored_shapes(os.path.join(local, name), format_name)
         shapes = {}
-        with h5py.File(keras_format.weights_path(path), "r") as f:
+        with h5py.File(file, "r") as f:
             f.visititems(lambda name, item: shapes.update({name: getattr(item, "shape", ())}))
         return shapes
     if format_name == "tf1":
@@ -134,6 +140,9 @@ def _hf_task_head(path: str) -> tuple:
 
     from albert.checkpoints import hf
 
+    if remote.is_remote(path):  # gs://: safetensors reads a local temporary copy
+        with remote.local_copies(path, (hf.CONFIG_FILE, hf.WEIGHTS_FILE)) as local:
+            return _hf_task_head(local)
     architectures = hf.read_values(path).get("architectures") or []
     weights_path = os.path.join(path, hf.WEIGHTS_FILE)
     try:

@@ -1,0 +1,103 @@
+"""HF and Keras checkpoints in remote folders (gs://, or any `tf.io.gfile` path with `://`).
+
+safetensors, h5py and Keras read and write local files only. A remote folder's few files are
+copied into a local temporary folder to be read (`local_copies`), and written into one first,
+then copied up, each whole (`written_locally`); the temporary folder is always removed, so no
+local folder named `gs:` (what `os.makedirs("gs://...")` makes) ever appears. TensorFlow is
+imported only for remote paths: local ones never reach it here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import tempfile
+
+from albert.checkpoints.table import CheckpointError
+
+
+def is_remote(path: str) -> bool:
+    """Whether `path` is on a `tf.io.gfile` filesystem other than the local disk."""
+    return "://" in path
+
+
+def isfile(path: str) -> bool:
+    """`os.path.isfile` of a local path; whether a remote one exists (never `isdir`: on ram://
+    and some object stores every path prefix "is" a directory)."""
+    if not is_remote(path):
+        return os.path.isfile(path)
+    import tensorflow as tf  # only for remote paths such as gs://
+
+    return tf.io.gfile.exists(path)
+
+
+def exists(path: str) -> bool:
+    """`os.path.exists` of a local path; `tf.io.gfile.exists` of a remote one (a folder on an
+    object store exists while it holds a file)."""
+    if not is_remote(path):
+        return os.path.exists(path)
+    import tensorflow as tf  # only for remote paths such as gs://
+
+    return tf.io.gfile.exists(path)
+
+
+@contextlib.contextmanager
+def local_copies(folder: str, names):
+    """Yields a local temporary folder holding copies of those of `names` that the remote
+    `folder` holds (a missing one is left for the reader to report); removed afterwards.
+
+    A CheckpointError raised in the block names `folder`, not the local copy.
+    """
+    import tensorflow as tf  # only for remote paths such as gs://
+
+    folder = folder.rstrip("/")
+    local = tempfile.mkdtemp(prefix="albert-checkpoint-")
+    try:
+        for name in names:
+            if tf.io.gfile.exists(f"{folder}/{name}"):
+                tf.io.gfile.copy(f"{folder}/{name}", os.path.join(local, name))
+        with _naming(local, folder):
+            yield local
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def written_locally(folder: str, names):
+    """Yields a local temporary folder to write into; when the block succeeds, those of
+    `names` it holds are copied into the remote `folder` in that order, each under a
+    temporary name renamed when complete (`fileio.atomic_path`). Removed afterwards.
+
+    A CheckpointError raised in the block names `folder`, not the local one.
+    """
+    import tensorflow as tf  # only for remote paths such as gs://
+
+    from albert import fileio
+
+    folder = folder.rstrip("/")
+    local = tempfile.mkdtemp(prefix="albert-checkpoint-")
+    try:
+        with _naming(local, folder):
+            yield local
+        for name in names:
+            if os.path.isfile(os.path.join(local, name)):
+                with fileio.atomic_path(f"{folder}/{name}") as temporary:
+                    tf.io.gfile.copy(os.path.join(local, name), temporary, overwrite=True)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+def renamed(result, local: str, folder: str):
+    """The LoadResult `result` of the copy in `local`, naming the remote `folder` instead."""
+    return dataclasses.replace(result, path=result.path.replace(local, folder.rstrip("/"), 1))
+
+
+@contextlib.contextmanager
+def _naming(local: str, folder: str):
+    """Re-raises a CheckpointError of the block with `local` replaced by `folder`."""
+    try:
+        yield
+    except CheckpointError as e:
+        raise type(e)(str(e).replace(local, folder)) from None

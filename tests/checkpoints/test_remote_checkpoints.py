@@ -1,0 +1,147 @@
+"""HF and Keras checkpoints in remote folders: ram:// stands in for gs:// (both go through
+`tf.io.gfile`). They read and write as local ones do, and nothing lands in a local folder
+named after the scheme (`ram:`, as `os.makedirs("ram://out")` would make)."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from checkpoint_testing import HF_FIXTURE, randomize
+from safetensors.numpy import load_file
+
+from albert.checkpoints import (
+    CheckpointError,
+    detect_format,
+    hf,
+    load_checkpoint,
+    read_config,
+    save_checkpoint,
+)
+from albert.convert_checkpoint import FLAGS, main
+from albert.modeling import AlbertClassifier, AlbertPretrainer
+from tests.helpers import tiny_config
+
+
+def _max_abs_diff(variables, others):
+    assert len(variables) == len(others)
+    return max(
+        float(np.max(np.abs(a.numpy() - b.numpy()))) for a, b in zip(variables, others, strict=True)
+    )
+
+
+def _no_local_scheme_folder(folder):
+    assert not [name for name in os.listdir(folder) if name.startswith("ram:")]
+
+
+def _copy_up(local, remote):
+    """Copies the files of the local folder `local` into the remote folder `remote`."""
+    tf.io.gfile.makedirs(remote)
+    for name in os.listdir(local):
+        tf.io.gfile.copy(os.path.join(local, name), f"{remote}/{name}", overwrite=True)
+    return remote
+
+
+@pytest.mark.parametrize("format_name", ["hf", "keras"])
+def test_a_remote_round_trip_equals_the_local_one(tmp_path, monkeypatch, format_name):
+    monkeypatch.chdir(tmp_path)
+    config = tiny_config()
+    model = randomize(AlbertPretrainer(config))
+    local = str(tmp_path / "local")
+    remote = f"ram://{tmp_path.name}-{format_name}/checkpoint_dir"
+    save_checkpoint(model, local, format_name)
+    written = save_checkpoint(model, remote, format_name)
+    assert written.startswith(remote)
+    # The same files, and no temporaries left beside them.
+    assert sorted(tf.io.gfile.listdir(remote)) == sorted(os.listdir(local))
+    assert detect_format(remote) == format_name
+    assert read_config(remote) == config
+    from_remote, from_local = AlbertPretrainer(config), AlbertPretrainer(config)
+    result = load_checkpoint(from_remote, remote)
+    load_checkpoint(from_local, local)
+    assert result.initialised == [] and result.path.startswith(remote)
+    assert _max_abs_diff(from_remote.weights, from_local.weights) == 0
+    assert _max_abs_diff(from_remote.weights, model.weights) == 0
+    _no_local_scheme_folder(tmp_path)
+
+
+def test_a_remote_hf_folder_copied_up_reads_and_its_errors_name_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    remote = _copy_up(HF_FIXTURE, f"ram://{tmp_path.name}-hf-fixture/hf")
+    assert detect_format(remote) == "hf"
+    config = read_config(remote)
+    assert config == read_config(HF_FIXTURE)
+    from_remote, from_local = AlbertPretrainer(config), AlbertPretrainer(config)
+    load_checkpoint(from_remote, remote)
+    load_checkpoint(from_local, HF_FIXTURE)
+    assert _max_abs_diff(from_remote.weights, from_local.weights) == 0
+
+    # Without its weights: the error names the remote folder, not a local copy.
+    config_only = f"ram://{tmp_path.name}-hf-config-only/hf"
+    tf.io.gfile.makedirs(config_only)
+    tf.io.gfile.copy(f"{remote}/config.json", f"{config_only}/config.json")
+    with pytest.raises(CheckpointError, match=f"No model.safetensors in {config_only};"):
+        hf.load(AlbertPretrainer(config), config_only)
+    _no_local_scheme_folder(tmp_path)
+
+
+def _main_with_flags(*flags):
+    """`convert_checkpoint`'s main in this process with `flags` parsed; its exit code."""
+    FLAGS(["convert_checkpoint", *flags])
+    try:
+        return main([])
+    finally:
+        FLAGS.unparse_flags()
+
+
+def test_convert_checkpoint_reads_and_writes_remote_folders(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = tiny_config()
+    # A fine-tuned model: its head is found in the stored files (h5py, safetensors headers).
+    model = randomize(AlbertClassifier(config, num_labels=3))
+    local, remote = tmp_path / "local", f"ram://{tmp_path.name}-convert"
+    save_checkpoint(model, str(local / "keras"), "keras")
+    _copy_up(str(local / "keras"), f"{remote}/keras")
+    for source, target, format_name in [("keras", "hf", "hf"), ("hf", "keras2", "keras")]:
+        for root in (str(local), remote):
+            flags = [f"--input={root}/{source}", f"--output={root}/{target}"]
+            assert _main_with_flags(*flags, f"--output_format={format_name}") == 0, root
+    _no_local_scheme_folder(tmp_path)
+
+    staged = tmp_path / "staged_hf"
+    staged.mkdir()
+    for name in tf.io.gfile.listdir(f"{remote}/hf"):
+        tf.io.gfile.copy(f"{remote}/hf/{name}", str(staged / name))
+    assert sorted(os.listdir(staged)) == sorted(os.listdir(local / "hf"))
+    written, expected = (
+        load_file(str(staged / hf.WEIGHTS_FILE)),
+        load_file(str(local / "hf" / hf.WEIGHTS_FILE)),
+    )
+    assert set(written) == set(expected)
+    assert all(np.array_equal(written[name], expected[name]) for name in expected)
+
+    again = AlbertClassifier(config, num_labels=3)
+    assert load_checkpoint(again, f"{remote}/keras2").initialised == []
+    assert _max_abs_diff(again.weights, model.weights) == 0
+
+
+@pytest.mark.parametrize("format_name", ["hf", "keras"])
+def test_init_checkpoint_takes_a_remote_fine_tuned_folder(tmp_path, monkeypatch, format_name):
+    from albert.tasks.weights import load_finetuning_weights
+
+    monkeypatch.chdir(tmp_path)
+    config = tiny_config()
+    model = randomize(AlbertClassifier(config, num_labels=2))
+    remote = f"ram://{tmp_path.name}-init-{format_name}/mrpc"
+    save_checkpoint(model, remote, format_name)
+    again = AlbertClassifier(config, num_labels=2)
+    assert load_finetuning_weights(again, remote, require_head=True, labels=["0", "1"])
+    assert _max_abs_diff(again.weights, model.weights) == 0
+    _no_local_scheme_folder(tmp_path)
+
+
+def test_a_missing_remote_path_is_no_checkpoint_of_any_format(tmp_path):
+    # Not "No TF1 checkpoint at ...": the path may be a mistyped HF or Keras folder.
+    missing = f"ram://{tmp_path.name}-missing/albert_hf"
+    with pytest.raises(CheckpointError, match=f"No checkpoint found at {missing}: expected a TF1"):
+        detect_format(missing)
