@@ -17,7 +17,6 @@ others have a default, as in TF Model Garden's `official/core/base_task.py`.
 from __future__ import annotations
 
 import abc
-import os
 
 from albert.checkpoints import training_format
 
@@ -243,19 +242,4 @@ class TrainingTask(abc.ABC):
         """
         from albert.checkpoints import save_checkpoint
 
-        if "://" not in output_dir:
-            return save_checkpoint(model, output_dir, "keras")
-        import tempfile
-
-        import tensorflow as tf
-
-        from albert import fileio
-
-        # Keras writes local files; copy them to gs:// (or any tf.io.gfile path), each under
-        # a temporary name renamed when complete.
-        with tempfile.TemporaryDirectory() as local:
-            written = save_checkpoint(model, local, "keras")
-            for name in tf.io.gfile.listdir(local):
-                with fileio.atomic_path(f"{output_dir.rstrip('/')}/{name}") as temporary:
-                    tf.io.gfile.copy(f"{local}/{name}", temporary, overwrite=True)
-        return f"{output_dir.rstrip('/')}/{os.path.basename(written)}"
+        return save_checkpoint(model, output_dir, "keras")  # gs:// through a local copy

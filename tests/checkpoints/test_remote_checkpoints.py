@@ -145,3 +145,21 @@ def test_a_missing_remote_path_is_no_checkpoint_of_any_format(tmp_path):
     missing = f"ram://{tmp_path.name}-missing/albert_hf"
     with pytest.raises(CheckpointError, match=f"No checkpoint found at {missing}: expected a TF1"):
         detect_format(missing)
+
+
+def test_a_runs_final_weights_export_to_a_remote_output_dir(tmp_path, monkeypatch):
+    # TrainingTask.export, what every run writes last, goes through save_checkpoint's remote
+    # path: the files a local output_dir gets, loadable from there.
+    from albert.training.task import TrainingTask
+
+    monkeypatch.chdir(tmp_path)
+    model = randomize(AlbertPretrainer(tiny_config()))
+    remote = f"ram://{tmp_path.name}-export/run"
+    written = TrainingTask.export(None, model, remote)
+    assert written == f"{remote}/pretrainer.weights.h5"
+    local = TrainingTask.export(None, model, str(tmp_path / "run"))
+    assert sorted(tf.io.gfile.listdir(remote)) == sorted(os.listdir(os.path.dirname(local)))
+    loaded = AlbertPretrainer(tiny_config())
+    load_checkpoint(loaded, remote)
+    assert _max_abs_diff(loaded.weights, model.weights) == 0.0
+    _no_local_scheme_folder(tmp_path)
