@@ -1,7 +1,8 @@
 """A SavedModel for extractive QA that takes raw (question, context) strings.
 
 `export_question_answering` writes a SavedModel of a SQuAD 1.1 model (`AlbertQuestionAnswering`
-with the span head) whose `serving_default` signature is
+with the span head) whose `serving_default` signature is as below (a SQuAD 2.0 model, the v2
+head: see `albert.export_qa_v2`, which reads the context the same way)
 
     inputs   question  tf.string [batch]
              context   tf.string [batch]
@@ -96,6 +97,33 @@ class _QuestionAnsweringServing(tf.Module):
         self.serve = tf.function(self._serve, input_signature=spec)
 
     def _serve(self, question, context):
+        windows = self._windows(question, context)
+        outputs = self._call_model(windows["inputs"])
+        start_logits = tf.cast(outputs["start_logits"], tf.float32)  # [N, S]
+        end_logits = tf.cast(outputs["end_logits"], tf.float32)  # [N, S]
+        start, end, score = best_span(
+            start_logits,
+            end_logits,
+            windows["is_context"],
+            self._max_answer_length,
+            self._n_best_size,
+            windows["is_max_context"],
+        )  # [N] each
+        chosen = _first_best(score, windows["example"], tf.shape(windows["context"])[0])  # [B]
+        start, end, score = (tf.gather(t, chosen) for t in (start, end, score))
+        answer = self._span_text(windows, chosen, start, end)
+        return {"answer": answer, "start_index": start, "end_index": end, "score": score}
+
+    def _windows(self, question, context):
+        """Checks the text and reads each context in run_squad's windows (module doc).
+
+        Returns:
+            dict: `context` tf.string [B] and `context_ids` int32 [B, (P)]; each window's
+            `example` int64 [N], `window_start` int64 [N] (its first context piece) and
+            `context_start` int32 [N] (its first context token in the packed input);
+            `inputs`, the model inputs (int32 [N, S] each); `is_context` and
+            `is_max_context`, bool [N, S]: the tokens a span may cover and start at.
+        """
         texts = [utf8_text(question, "question"), utf8_text(context, "context")]
         question, context = same_rows(texts, ("question", "context"))
         question_ids = self.tokenizer.tokenize(question)[:, : self._max_query_length]
@@ -113,9 +141,6 @@ class _QuestionAnsweringServing(tf.Module):
         inputs = self.tokenizer.pack(
             [tf.gather(question_ids, example), window], self._max_seq_length
         )
-        outputs = self._call_model(inputs)
-        start_logits = tf.cast(outputs["start_logits"], tf.float32)  # [N, S]
-        end_logits = tf.cast(outputs["end_logits"], tf.float32)  # [N, S]
         # Context tokens: segment 1 without the final [SEP].
         is_context = (inputs["segment_ids"] == 1) & (inputs["input_ids"] != self.tokenizer.sep_id)
         # The context's first token follows [CLS] question [SEP]: segment 0.
@@ -128,22 +153,28 @@ class _QuestionAnsweringServing(tf.Module):
             ],
             axis=1,
         ).to_tensor(False, shape=[None, self._max_seq_length])  # [N, S]
-        start, end, score = best_span(
-            start_logits,
-            end_logits,
-            is_context,
-            self._max_answer_length,
-            self._n_best_size,
-            is_max_context,
-        )  # [N] each
-        chosen = _first_best(score, example, tf.shape(context)[0])  # [B]
-        start, end, score = (tf.gather(t, chosen) for t in (start, end, score))
-        # Spans as context pieces; none found (start 0, [CLS]): -1, which answers "".
-        piece_offset = tf.gather(tf.cast(window_start, tf.int32) - context_start, chosen)
-        first_piece = tf.where(start > 0, start + piece_offset, -1)
+        return {
+            "context": context,
+            "context_ids": context_ids,
+            "example": example,
+            "window_start": window_start,
+            "context_start": context_start,
+            "inputs": inputs,
+            "is_context": is_context,
+            "is_max_context": is_max_context,
+        }
+
+    def _span_text(self, windows, chosen, start, end):
+        """tf.string [B]: the original text of each row's span, tokens start..end (int32 [B])
+        of its window `chosen` (int32 [B]); "" for start 0 ([CLS]: no span found)."""
+        piece_offset = tf.gather(
+            tf.cast(windows["window_start"], tf.int32) - windows["context_start"], chosen
+        )  # [B]
+        first_piece = tf.where(start > 0, start + piece_offset, -1)  # -1 answers "".
         last_piece = tf.where(start > 0, end + piece_offset, -1)
-        answer = self._original_text(context, context_ids, first_piece, last_piece)
-        return {"answer": answer, "start_index": start, "end_index": end, "score": score}
+        return self._original_text(
+            windows["context"], windows["context_ids"], first_piece, last_piece
+        )
 
     def _original_text(self, context, context_ids, first_piece, last_piece):
         """The characters of `context` that pieces first..last of `context_ids` came from.
@@ -375,36 +406,35 @@ def export_question_answering(
     max_answer_length=30,
     n_best_size=20,
     doc_stride=128,
+    null_score_diff_threshold=0.0,
 ):
-    """Writes a SavedModel of a fine-tuned SQuAD 1.1 model that takes raw strings.
+    """Writes a SavedModel of a fine-tuned SQuAD model that takes raw strings.
 
     Args:
-        model: an `AlbertQuestionAnswering` with the v1 span head.
+        model: an `AlbertQuestionAnswering`, with the v1 span head or the v2 head (served as
+            `albert.export_qa_v2` describes).
         spm_model_file: the SentencePiece model the model was fine-tuned with.
         do_lower_case: whether the text was lower-cased.
         export_dir: where to write the SavedModel.
         max_seq_length, max_query_length, max_answer_length, n_best_size, doc_stride: as
-            in fine-tuning (`--n_best_size`: the span is chosen among the highest start and
-            end logits, as predictions.json's; `--doc_stride`: a long context is read in
+            in fine-tuning (`--n_best_size`: the v1 span is chosen among the highest start
+            and end logits, as predictions.json's; `--doc_stride`: a long context is read in
             windows this many tokens apart, as run_squad's features).
+        null_score_diff_threshold: v2 only: answer "" when the null score exceeds it, as
+            predictions.json (pass the threshold tuned on dev).
 
     Returns:
         `export_dir`.
 
     Raises:
-        QuestionAnsweringError: a v2 model, a question budget leaving no context room, or
-            a `doc_stride` below 1.
+        QuestionAnsweringError: a question budget leaving no context room, or a `doc_stride`
+            below 1.
         ValueError: `max_seq_length` exceeds the model's position embeddings.
         FileExistsError: `export_dir` holds something other than a SavedModel
             (`albert.export.check_export_dir`).
         albert.tokenization.TokenizerError: the SentencePiece model cannot be read.
     """
     check_export_dir(export_dir)
-    if getattr(model, "version_2_with_negative", False):
-        raise QuestionAnsweringError(
-            "export_question_answering serves the SQuAD 1.1 span head only; this model has "
-            "the v2 head."
-        )
     if max_seq_length - max_query_length - 3 < 1:
         raise QuestionAnsweringError(
             f"max_seq_length={max_seq_length} leaves no room for the context after "
@@ -416,17 +446,22 @@ def export_question_answering(
     tokenizer = InGraphTokenizer(spm_model_file, do_lower_case=do_lower_case)
     sp_model = load_spm_model(spm_model_file)
     detokenizer = tf_text.SentencepieceTokenizer(model=sp_model.serialized_model_proto())
-    module = _QuestionAnsweringServing(
-        model,
-        tokenizer,
-        detokenizer,
-        sp_model.unk_id(),
-        max_seq_length,
-        max_query_length,
-        max_answer_length,
-        n_best_size,
-        doc_stride,
-    )
+    settings = (max_seq_length, max_query_length, max_answer_length, n_best_size, doc_stride)
+    if getattr(model, "version_2_with_negative", False):
+        from albert.export_qa_v2 import SquadV2Serving  # It subclasses the serving below.
+
+        module = SquadV2Serving(
+            model,
+            tokenizer,
+            detokenizer,
+            sp_model.unk_id(),
+            *settings,
+            null_score_diff_threshold=null_score_diff_threshold,
+        )
+    else:
+        module = _QuestionAnsweringServing(
+            model, tokenizer, detokenizer, sp_model.unk_id(), *settings
+        )
     with fileio.atomic_directory(export_dir) as temporary:  # Never half a SavedModel.
         tf.saved_model.save(
             module, temporary, signatures={SERVING_SIGNATURE: module.serve.get_concrete_function()}

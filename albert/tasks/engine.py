@@ -526,7 +526,9 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
             write_eval_results(options.output_dir, entries)
             if checkpointing.evaluated_step(options.output_dir) is None:
                 _write_eval_point(options.output_dir, metrics, global_step)
-    elif do_predict:
+    elif do_predict or export_dir:
+        # An export alone serves these weights as predictions.json would (SQuAD 2.0's null
+        # threshold tuned by their evaluation in an earlier run).
         task.final_evaluation = earlier_evaluation(options.output_dir, path, step)
     if do_predict:
         predictions = _final_predictions(task, model, strategy, steps_per_call, eval_predictions)

@@ -89,7 +89,8 @@ def define_finetuning_flags(
             "export_dir",
             None,
             "Write a SavedModel taking raw strings (in-graph tokenizer) here: GLUE and SQuAD "
-            "1.1 heads (not SQuAD 2.0 or RACE).",
+            "1.1 and 2.0 heads (not RACE); SQuAD 2.0 nulls answers with the null threshold of "
+            "predictions.json.",
         ),
         (
             flags.DEFINE_float,

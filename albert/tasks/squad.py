@@ -18,6 +18,8 @@ v2.0 answers are nulled above `--null_score_diff_threshold` when given, else abo
 threshold tuned by the final evaluation of the weights that predict (this run's, or the one
 an earlier run wrote to eval_results.txt for the same checkpoint: train and evaluate on dev,
 then predict the test file), else one tuned now when the file has answers, else 0.
+`--export_dir` writes a SavedModel of either head (`albert.export_qa`); the v2 one nulls its
+answers above the threshold predictions.json used (or would use: tuned now is not possible).
 
 Shape letters: B batch, T max_seq_length, K start_n_top, K' end_n_top.
 """
@@ -110,6 +112,7 @@ class SquadTask(engine.FineTuningTask):
         self.n_best_size, self.max_answer_length = n_best_size, max_answer_length
         self.start_n_top, self.end_n_top = start_n_top, end_n_top
         self.null_score_diff_threshold = null_score_diff_threshold
+        self.prediction_null_threshold = None  # Set by write_predictions (v2).
         self.classifier_dropout_prob = classifier_dropout_prob
         if not isinstance(cached_dir, dict):
             cached_dir = dict.fromkeys((engine.TRAIN, engine.EVAL, engine.PREDICT), cached_dir)
@@ -253,7 +256,8 @@ class SquadTask(engine.FineTuningTask):
 
     def null_threshold_for_predictions(self, predictions):
         """The v2 threshold of `write_predictions` (see the module doc): the flag's, else the
-        one tuned by the final evaluation of the weights that predict, else one tuned now."""
+        one tuned by the final evaluation of the weights that predict, else one tuned now on
+        `predictions` (--predict_file's model outputs; None: nothing to tune on), else 0."""
         if self.null_score_diff_threshold is not None:
             return self.null_score_diff_threshold
         evaluation = self.final_evaluation
@@ -263,7 +267,7 @@ class SquadTask(engine.FineTuningTask):
                 evaluation.get("global_step"),
             )
             return evaluation["null_score_diff_threshold"]
-        if self.gold_dataset(engine.PREDICT):
+        if predictions is not None and self.gold_dataset(engine.PREDICT):
             logging.info("Null threshold tuned on --predict_file (it has answers).")
             return self.evaluate_predictions(predictions)["null_score_diff_threshold"]
         logging.warning(
@@ -278,16 +282,19 @@ class SquadTask(engine.FineTuningTask):
         if self.version_2_with_negative:
             threshold = self.null_threshold_for_predictions(predictions)
             logging.info("SQuAD 2.0 predictions with null_score_diff_threshold=%s.", threshold)
+            self.prediction_null_threshold = threshold  # The export's too.
         answers, nbest, null_odds = self.answers(predictions, engine.PREDICT, threshold)
         paths = squad_postprocessing.write_predictions(output_dir, answers, nbest, null_odds)
         return list(paths.values())
 
+    def export_null_threshold(self):
+        """The v2 SavedModel's null threshold: predictions.json's when this run wrote it,
+        else chosen as for predictions.json, without tuning (no predictions to tune on)."""
+        if self.prediction_null_threshold is not None:
+            return self.prediction_null_threshold
+        return self.null_threshold_for_predictions(None)
+
     def check_export(self):
-        if self.version_2_with_negative:
-            raise engine.FineTuningError(
-                "--export_dir supports the SQuAD 1.1 span head only (albert.run_squad_v1, or "
-                "run_squad without --version_2_with_negative); drop --export_dir for SQuAD 2.0."
-            )
         if not self.tokenizer.spm_model_file:
             raise engine.FineTuningError(
                 "--export_dir needs --spm_model_file: the SavedModel tokenizes in-graph with "
@@ -308,6 +315,9 @@ class SquadTask(engine.FineTuningTask):
             max_answer_length=self.max_answer_length,
             n_best_size=self.n_best_size,
             doc_stride=self.window["doc_stride"],
+            null_score_diff_threshold=(
+                self.export_null_threshold() if self.version_2_with_negative else 0.0
+            ),
         )
 
 
