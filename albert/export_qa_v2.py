@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from albert.export_qa import _first_best, _QuestionAnsweringServing
+from albert.export_qa import _QuestionAnsweringServing
+from albert.export_qa_spans import first_best
 
 
 class SquadV2Serving(_QuestionAnsweringServing):
@@ -62,7 +63,7 @@ class SquadV2Serving(_QuestionAnsweringServing):
             self._max_answer_length,
         )  # [N] each
         example, rows = windows["example"], tf.shape(windows["context"])[0]
-        chosen = _first_best(score, example, rows)  # [B]
+        chosen = first_best(score, example, rows)  # [B]
         start, end, score = (tf.gather(t, chosen) for t in (start, end, score))
         best_answer = self._span_text(windows, chosen, start, end)
         # The question's null score: a window that sees the answer pulls it down.

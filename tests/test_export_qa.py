@@ -11,13 +11,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from albert.data import squad, squad_alignment, squad_features, squad_postprocessing
-from albert.export_qa import (
-    _first_best,
-    _QuestionAnsweringServing,
-    doc_windows,
-    export_question_answering,
-    max_context,
-)
+from albert.export_qa import _QuestionAnsweringServing, export_question_answering
+from albert.export_qa_spans import doc_windows, first_best, max_context
 from albert.modeling import AlbertBackbone, AlbertQuestionAnswering
 from albert.text_ops import InGraphTokenizer
 from albert.tokenization import FullTokenizer, load_spm_model
@@ -381,5 +376,5 @@ def test_each_question_takes_its_first_best_window():
     example = tf.constant([0, 0, 0, 1, 2, 3, 3], tf.int64)
     # Ties: the first window, as predictions.json's stable sort; NaN (a diverged model): a
     # window of its own example, not an index past the windows.
-    chosen = _first_best(score, example, 4).numpy().tolist()
+    chosen = first_best(score, example, 4).numpy().tolist()
     assert chosen[:3] == [1, 3, 4] and chosen[3] in (5, 6)
