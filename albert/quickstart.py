@@ -220,7 +220,9 @@ def pretraining_command(config, train, held_out, model_dir, recipe):
 
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("output_dir", "/tmp/albert_quickstart", "Everything is written here.")
+flags.DEFINE_string(
+    "output_dir", "/tmp/albert_quickstart", "Everything is written here (a local folder)."
+)
 flags.DEFINE_integer("num_train_steps", Recipe.num_train_steps, "Pretraining steps.", lower_bound=1)
 flags.DEFINE_integer(
     "max_corpus_chars",
@@ -234,6 +236,11 @@ flags.DEFINE_integer(
 def main(argv):
     del argv
     start = time.time()
+    if "://" in FLAGS.output_dir:  # abspath would make a local "gs:" folder of it
+        sys.exit(
+            f"quickstart: error: --output_dir must be a local folder, not {FLAGS.output_dir!r} "
+            "(the quickstart builds its corpus and vocabulary on this machine)."
+        )
     recipe = Recipe(num_train_steps=FLAGS.num_train_steps)
     out = os.path.abspath(FLAGS.output_dir)
     os.makedirs(out, exist_ok=True)

@@ -165,3 +165,22 @@ def test_the_quickstart_warmup_fits_its_steps(steps, warmup):
 
     command = pretraining_command("c", "t", "h", "m", Recipe(num_train_steps=steps))
     assert f"--num_warmup_steps={warmup}" in command
+
+
+def test_the_quickstart_refuses_a_remote_output_dir(tmp_path, monkeypatch, capsys):
+    # os.path.abspath("gs://b/q") is "<cwd>/gs:/b/q": the quickstart made a local "gs:" folder
+    # and ran every step there instead of saying it only works on local folders.
+    from absl import flags
+
+    from albert import quickstart
+
+    monkeypatch.chdir(tmp_path)
+    flags.FLAGS(["quickstart", "--output_dir=gs://bucket/quickstart"])
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            quickstart.main([])
+    finally:
+        flags.FLAGS.unparse_flags()
+    assert "--output_dir must be a local folder" in str(exit_info.value)
+    assert "\n" not in str(exit_info.value)
+    assert list(tmp_path.iterdir()) == []
