@@ -318,14 +318,22 @@ class _Worker:
 
 
 _worker = None
+_worker_error = None
 
 
 def _init_worker(config):
-    global _worker
-    _worker = _Worker(config)
+    # An initializer that raises kills its process, and the pool starts another that fails the
+    # same way, forever: the run would hang. Keep the error; the first unit raises it.
+    global _worker, _worker_error
+    try:
+        _worker = _Worker(config)
+    except Exception as error:
+        _worker_error = error
 
 
 def _process_unit(task):
+    if _worker_error is not None:
+        raise _worker_error
     return _worker.process(task)
 
 

@@ -7,6 +7,7 @@ import random
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -183,6 +184,31 @@ def test_workers_do_not_load_tensorflow():
         "assert not {'tensorflow', 'keras'} & set(sys.modules), 'TensorFlow was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_a_worker_that_cannot_start_fails_the_run_instead_of_hanging(tmp_path, corpus_dir):
+    # The parent builds its own worker first, so a bad model file fails there; but a model
+    # that goes away (or a worker that runs out of memory) after that used to hang the run:
+    # the pool re-spawned the failing initializer forever and the first result never came.
+    from albert.data.create_pretraining_data import _UnitRunner
+
+    config = _config(corpus_dir, str(tmp_path / "gone.model"), tmp_path / "out")
+    runner = _UnitRunner(config, num_workers=2, worker=None)
+    outcome = []
+
+    def first_result():
+        try:
+            task = ("a.txt", 0, [["One.", "Two.", "Three."]])
+            outcome.append(next(runner.results([task])))
+        except Exception as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=first_result, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    runner.close()
+    assert not thread.is_alive(), "the run hung on a worker that cannot start"
+    assert isinstance(outcome[0], TokenizerError) and "gone.model" in str(outcome[0])
 
 
 def test_unit_seeds_differ_by_seed_file_and_position():
