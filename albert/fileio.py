@@ -227,6 +227,27 @@ def is_replaceable(path: str, marker: str) -> bool:
     return not tf.io.gfile.listdir(path) or tf.io.gfile.exists(os.path.join(path, marker))
 
 
+def rename_folder(source: str, target: str) -> None:
+    """Renames a folder and everything in it.
+
+    A local folder is one rename. Elsewhere the files are renamed one by one, as gs:// does
+    itself (an object store has no folders to rename): ram://, and any filesystem that
+    renames only the folder's own entry, would leave the files under the old name.
+    """
+    import tensorflow as tf
+
+    if "://" not in source:
+        tf.io.gfile.rename(source, target)
+        return
+    source, target = source.rstrip("/"), target.rstrip("/")
+    for folder, _, files in tf.io.gfile.walk(source):
+        destination = target + folder.rstrip("/")[len(source) :]
+        tf.io.gfile.makedirs(destination)
+        for name in files:
+            tf.io.gfile.rename(f"{folder.rstrip('/')}/{name}", f"{destination}/{name}")
+    tf.io.gfile.rmtree(source)
+
+
 @contextlib.contextmanager
 def atomic_directory(path: str):
     """Yields a hidden temporary folder to fill; it replaces `path` when the block succeeds.
@@ -252,12 +273,12 @@ def atomic_directory(path: str):
         old = None
         if tf.io.gfile.exists(path):
             old = temporary_path(path.rstrip("/"))
-            tf.io.gfile.rename(path, old)
+            rename_folder(path, old)
         try:
-            tf.io.gfile.rename(temporary, path)
+            rename_folder(temporary, path)
         except BaseException:
             if old:  # The old folder goes back: `path` is never left missing by an error.
-                tf.io.gfile.rename(old, path)
+                rename_folder(old, path)
             raise
         if old:
             tf.io.gfile.rmtree(old)

@@ -261,3 +261,32 @@ def test_text_that_is_not_utf8_is_a_clear_error():
             single.serve(tf.constant([b"gold", invalid]))
         with pytest.raises(tf.errors.InvalidArgumentError, match="sentence_b must be UTF-8"):
             pair.serve(tf.constant([b"gold", b"free"]), tf.constant([b"x", invalid]))
+
+
+def _ram_tree(root):
+    return {
+        f"{folder}/{name}"[len(root) :]: tf.io.gfile.GFile(f"{folder}/{name}", "rb").read()
+        for folder, _, files in tf.io.gfile.walk(root)
+        for name in files
+    }
+
+
+def test_an_export_to_a_non_local_filesystem_holds_the_whole_saved_model(tmp_path):
+    # ram:// (standing in for gs:// and other non-local filesystems) renames a folder's own
+    # entry only: the SavedModel moved into place was empty, its files left under the hidden
+    # temporary name, with no error. A replaced export must leave nothing else behind.
+    root = f"ram://export-{os.getpid()}-{tmp_path.name}"
+    export_dir = f"{root}/mnli"
+    export_classifier(_model(3, 1), SPM_MODEL, True, MAX_SEQ_LENGTH, glue.MNLI_LABELS, export_dir)
+    first = _ram_tree(root)
+    model = _model(3, seed=2)
+    export_classifier(model, SPM_MODEL, True, MAX_SEQ_LENGTH, glue.MNLI_LABELS, export_dir)
+    second = _ram_tree(root)
+    assert "/mnli/saved_model.pb" in second and second.keys() == first.keys()
+    assert all(name.startswith("/mnli/") for name in second) and second != first
+    served = tf.saved_model.load(export_dir).signatures["serving_default"](
+        sentence_a=tf.constant(SENTENCES_A), sentence_b=tf.constant(SENTENCES_B)
+    )
+    logits = _keras_logits(model, "mnli", SENTENCES_A, SENTENCES_B)
+    probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    assert np.max(np.abs(served["probabilities"].numpy() - probabilities)) < 1e-5
