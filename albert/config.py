@@ -13,6 +13,7 @@ import json
 import os
 
 from albert.errors import AlbertError
+from albert.fileio import is_remote
 
 # Activation names accepted in `hidden_act`. "gelu" is the tanh approximation, as in the
 # original release (HF transformers calls it "gelu_new"); "gelu_exact" is the erf form.
@@ -319,7 +320,7 @@ def _from_hf_names(values: dict, source: str) -> dict:
 
 def _read_text(path: str) -> str:
     try:  # A gs:// file decodes as UTF-8 too (GFile's text mode): a binary one is one line.
-        if "://" in path:
+        if is_remote(path):
             import tensorflow as tf  # only for remote paths such as gs://
 
             if not tf.io.gfile.exists(path):

@@ -21,6 +21,11 @@ TEMPORARY_MARK = ".tmp-"
 _NAME_MAX = 255  # bytes in a file name, at most, on ext4, xfs, btrfs and most local disks
 
 
+def is_remote(path: str) -> bool:
+    """Whether `path` names a `tf.io.gfile` filesystem other than the local disk (gs://, ram://)."""
+    return "://" in path
+
+
 def pid_namespace() -> str:
     """This process's pid namespace, `pidns<inode of /proc/self/ns/pid>`, or "" off Linux.
 
@@ -236,7 +241,7 @@ def rename_folder(source: str, target: str) -> None:
     """
     import tensorflow as tf
 
-    if "://" not in source:
+    if not is_remote(source):
         tf.io.gfile.rename(source, target)
         return
     source, target = source.rstrip("/"), target.rstrip("/")
@@ -264,7 +269,7 @@ def atomic_directory(path: str):
     """
     import tensorflow as tf
 
-    if "://" not in path and os.path.islink(path.rstrip("/")):
+    if not is_remote(path) and os.path.islink(path.rstrip("/")):
         path = os.path.realpath(path)
     makedirs_for(path.rstrip("/"))
     temporary = temporary_path(path.rstrip("/"))

@@ -31,6 +31,8 @@ import time
 
 from absl import app, flags
 
+from albert.fileio import is_remote
+
 # The folder holding this `albert` package: a clone, or site-packages when installed.
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Stdlib folders whose docstrings are tests, demos or vendored code rather than prose.
@@ -236,7 +238,7 @@ flags.DEFINE_integer(
 def main(argv):
     del argv
     start = time.time()
-    if "://" in FLAGS.output_dir:  # abspath would make a local "gs:" folder of it
+    if is_remote(FLAGS.output_dir):  # abspath would make a local "gs:" folder of it
         sys.exit(
             f"quickstart: error: --output_dir must be a local folder, not {FLAGS.output_dir!r} "
             "(the quickstart builds its corpus and vocabulary on this machine)."

@@ -40,6 +40,7 @@ import unicodedata
 import sentencepiece as spm
 
 from albert.errors import AlbertError
+from albert.fileio import is_remote
 
 SPIECE_UNDERLINE = "▁"
 
@@ -190,7 +191,7 @@ def _split_digit_comma(sp_model, piece):
 
 def _read_bytes(path: str, flag: str) -> bytes:
     """Reads a local file, or a remote one (gs://...) through tf.io.gfile."""
-    if "://" in path:
+    if is_remote(path):
         import tensorflow as tf  # Only remote paths need TensorFlow.
 
         if not tf.io.gfile.exists(path):

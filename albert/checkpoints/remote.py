@@ -16,11 +16,7 @@ import shutil
 import tempfile
 
 from albert.checkpoints.table import CheckpointError
-
-
-def is_remote(path: str) -> bool:
-    """Whether `path` is on a `tf.io.gfile` filesystem other than the local disk."""
-    return "://" in path
+from albert.fileio import is_remote
 
 
 def isfile(path: str) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 from albert.config import ConfigError
+from albert.fileio import is_remote
 
 DIRECTORY = os.path.dirname(os.path.abspath(__file__))
 _PREFIX = "albert_"
@@ -65,7 +66,7 @@ def resolve(path_or_name: str) -> str:
             missing file named like a shipped config (such as the clone's former
             `configs/albert_base_v2.json`).
     """
-    if "://" in path_or_name or os.path.isfile(path_or_name):
+    if is_remote(path_or_name) or os.path.isfile(path_or_name):
         return path_or_name
     if not os.path.dirname(path_or_name):
         return path(path_or_name)

@@ -36,6 +36,7 @@ import os
 import re
 
 from albert.errors import AlbertError
+from albert.fileio import is_remote
 
 # Far above a real sentence or WikiExtractor paragraph; only broken input reaches these.
 MAX_LINE_BYTES = 1 << 16
@@ -63,11 +64,6 @@ _SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
 
 class CorpusError(AlbertError):
     """An input file that is not UTF-8 text."""
-
-
-def is_remote(path: str) -> bool:
-    """Whether `path` names a `tf.io.gfile` filesystem other than the local one (gs://...)."""
-    return "://" in path
 
 
 def open_binary(path: str):

@@ -208,7 +208,7 @@ def validate(config: PretrainingDataConfig) -> tuple:
         raise PretrainingDataError(
             f"--shuffle_bucket_mb must be >= 1; got {config.bucket_bytes / (1 << 20):g}."
         )
-    if config.temp_dir and "://" in config.temp_dir and not config.beam_pipeline_options:
+    if config.temp_dir and fileio.is_remote(config.temp_dir) and not config.beam_pipeline_options:
         # The local engine appends to bucket files with `open`: a gs:// folder would become a
         # local folder named "gs:" in the working directory, holding the output's size.
         raise PretrainingDataError(
@@ -384,7 +384,7 @@ def _bucket_parent(config, outputs):
     """Where bucket folders go (see PretrainingDataConfig.temp_dir)."""
     if config.temp_dir:
         return config.temp_dir
-    if "://" not in outputs[0]:
+    if not fileio.is_remote(outputs[0]):
         return os.path.dirname(os.path.abspath(outputs[0]))
     return tempfile.gettempdir()
 

@@ -33,6 +33,7 @@ from albert.data.features import (
     special_token_ids,
     tokenizer_fingerprint,
 )
+from albert.fileio import is_remote
 from albert.glue_tasks import MNLI_LABELS as MNLI_LABELS
 from albert.glue_tasks import STSB_SCORE_RANGE, GlueDataError, get_task
 from albert.glue_tasks import TASKS as TASKS
@@ -86,7 +87,7 @@ def find_data_file(task, data_dir, split):
 
 def _open_text(path):
     # tf.io.gfile also reads gs:// and other file systems, but is ~10x slower per line.
-    if "://" in path:
+    if is_remote(path):
         return tf.io.gfile.GFile(path, "r")
     # Lines end at "\n" only: a stray "\r" inside a field must not split the row.
     return open(path, encoding="utf-8", newline="\n")

@@ -66,6 +66,7 @@ from absl import logging
 from albert.checkpoints import training_format
 from albert.data import features as feature_lib
 from albert.data import record_damage
+from albert.fileio import is_remote
 from albert.metrics import with_original_names, write_eval_results
 from albert.tasks import FineTuningError
 from albert.tasks.feature_files import FeatureFile, write_features_file
@@ -459,7 +460,7 @@ def check_export_target(task, export_dir, output_dir):
 
 def _absolute(path):
     """`path` made absolute and normalised (a URL such as gs://bucket/x only normalised)."""
-    if "://" in path:
+    if is_remote(path):
         scheme, rest = path.split("://", 1)
         return f"{scheme}://{os.path.normpath('/' + rest)[1:]}"
     return os.path.normpath(os.path.abspath(path))

@@ -18,6 +18,7 @@ import tensorflow as tf
 from absl import logging
 
 from albert.checkpoints import hf, load_any, training_format
+from albert.fileio import is_remote
 from albert.metrics import EVAL_RESULTS_FILE, read_eval_results
 from albert.tasks import FineTuningError
 from albert.training import checkpointing
@@ -162,7 +163,7 @@ def _same_weights(output_dir, checkpoint, path, step):
 
 def _normalised(path):
     # A local path made absolute (a flag given relative in one run, not the other).
-    return path.rstrip("/") if "://" in path else os.path.abspath(path)
+    return path.rstrip("/") if is_remote(path) else os.path.abspath(path)
 
 
 def _written_after(results_file, path):

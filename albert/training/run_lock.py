@@ -170,7 +170,7 @@ def output_dir_lock(output_dir, enabled=True):
     if path in _held:
         _held[path][0] += 1
     else:
-        local = "://" not in output_dir
+        local = not fileio.is_remote(output_dir)
         fd = _acquire_local(output_dir, path) if local else _acquire_remote(output_dir, path)
         _held[path] = [1, fd]
     try:
