@@ -132,10 +132,12 @@ def check_text_file(path: str, sniff_bytes: int = SNIFF_BYTES) -> None:
                 f"to UTF-8 first, e.g. iconv -f {name} -t UTF-8."
             )
     # Lines end at "\n" only (as the original's): a CR-only file would be one line, cut into
-    # 64 KB "sentences" (or one sentence, skipped), and its documents never split. One stray
-    # CR in a first line longer than the sample (web text) ends no line.
-    crs = head.rstrip(b"\r").count(b"\r")
-    if b"\n" not in head and (crs > 1 or (crs and len(head) < sniff_bytes)):
+    # 64 KB "sentences" (or one sentence, skipped), and its documents never split. A file whose
+    # line breaks are mostly lone CRs is one, even if it ends with a "\n"; stray CRs in text
+    # broken at "\n" (web text), or one in a first line longer than the sample, end no line.
+    crs = head.rstrip(b"\r").replace(b"\r\n", b"").count(b"\r")  # not part of a CRLF
+    lfs = head.count(b"\n")
+    if (crs > 1 and crs > lfs) or (crs and not lfs and len(head) < sniff_bytes):
         raise CorpusError(
             f"{path} has CR (\\r) line endings, as old Mac editors write; convert it to \\n "
             "(or \\r\\n) line endings first, e.g. tr '\\r' '\\n'."

@@ -170,3 +170,15 @@ def test_one_stray_cr_in_a_first_line_longer_than_the_sample_is_no_line_ending(t
     path.write_bytes(b"One.\rTwo.\r" * 200)  # Lines end at CRs all through the sample.
     with pytest.raises(CorpusError, match="has CR"):
         check_text_file(str(path), sniff_bytes=1024)
+
+
+@pytest.mark.parametrize("end", [b"\n", b"\r\n", b"\n\n"])
+def test_cr_only_text_ending_with_a_newline_is_refused(tmp_path, end):
+    # An editor or `echo >>` often adds one final "\n" to a CR-only file: the sample then held
+    # an LF and the whole file read as one line, its documents never split.
+    path = tmp_path / "input.txt"
+    path.write_bytes(b"One.\rTwo.\r\rThree.\rFour." + end)
+    with pytest.raises(CorpusError, match="has CR"):
+        check_text_file(str(path))
+    path.write_bytes(b"Web one.\rstill one.\nTwo.\nThree\r.\n\nFour.\r\n" + end)
+    check_text_file(str(path))  # Stray CRs in text broken at "\n" are no line endings.
