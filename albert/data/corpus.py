@@ -22,7 +22,8 @@ Nothing here holds more than one unit of work in memory:
   file may be smaller). A unit is what a worker turns into instances on its own, and where
   the "random other document" of SOP / NSP comes from.
 
-Invalid UTF-8 is replaced with U+FFFD and the lines holding it are counted.
+Invalid UTF-8 is replaced with U+FFFD and the lines holding it are counted. Lines holding
+several lone CRs are counted too: CR-only text after the part `check_text_file` samples.
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ class CorpusStats:
     long_lines: int = 0
     long_documents: int = 0
     documents: int = 0
+    cr_lines: int = 0  # Lines (or pieces of one) holding 2+ lone CRs: CR-only text past the sample.
 
 
 def _incomplete_utf8_tail(data: bytes) -> int:
@@ -220,7 +222,9 @@ def read_lines(path: str, stats: CorpusStats, max_line_bytes: int = MAX_LINE_BYT
                 text = data.decode("utf-8", errors="replace")
             if first:
                 text, first = text.removeprefix("\ufeff"), False
-            yield text.rstrip("\r")
+            text = text.rstrip("\r")
+            stats.cr_lines += text.count("\r") > 1
+            yield text
 
 
 def split_sentences(paragraph: str) -> list:

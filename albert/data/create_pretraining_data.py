@@ -142,7 +142,8 @@ class Summary:
             f"Used {self.documents_used} documents ({self.tokens} tokens); skipped "
             f"{self.documents_skipped} with fewer than 2 sentences.",
             f"Invalid UTF-8 lines (replaced with U+FFFD): {c.invalid_utf8_lines}; overlong lines "
-            f"cut: {c.long_lines}; overlong documents cut: {c.long_documents}.",
+            f"cut: {c.long_lines}; overlong documents cut: {c.long_documents}; lines with CR "
+            f"line endings inside (read as one line; convert with tr '\\r' '\\n'): {c.cr_lines}.",
             f"Wrote {self.instances} instances to {len(self.output_files)} files in "
             f"{self.seconds:.1f} s ({rate:.0f} instances/s); label 1 (swapped or random B): "
             f"{self.label_ones}; masked tokens: {self.masked_tokens}.",

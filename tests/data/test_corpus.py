@@ -182,3 +182,13 @@ def test_cr_only_text_ending_with_a_newline_is_refused(tmp_path, end):
         check_text_file(str(path))
     path.write_bytes(b"Web one.\rstill one.\nTwo.\nThree\r.\n\nFour.\r\n" + end)
     check_text_file(str(path))  # Stray CRs in text broken at "\n" are no line endings.
+
+
+def test_cr_only_text_past_the_sample_is_counted(tmp_path):
+    # check_text_file judges the first 64 KB; CR-only text after it (files concatenated from
+    # several sources) reads as one line per block, so the summary must show it.
+    path = tmp_path / "input.txt"
+    path.write_bytes(b"One.\nTwo.\n\n" * 8 + b"Mac one.\rMac two.\rMac three.\r\nLast.\r\n")
+    stats = CorpusStats()
+    lines = list(read_lines(str(path), stats))
+    assert stats.cr_lines == 1 and lines[-1] == "Last." and len(lines) == 26
