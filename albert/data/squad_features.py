@@ -165,7 +165,7 @@ def is_max_context(spans, span_index: int, position: int) -> bool:
     """Whether `spans[span_index]` is the window where context token `position` has the most
     context (`max_context_windows`)."""
     windows = max_context_windows(spans)
-    return position < len(windows) and windows[position] == span_index
+    return 0 <= position < len(windows) and windows[position] == span_index
 
 
 def _answer_tokens(example, starts, ends):

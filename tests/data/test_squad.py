@@ -149,6 +149,8 @@ def test_doc_spans_and_max_context():
     assert [is_max_context(spans, i, 3) for i in range(3)] == [True, False, False]
     assert [is_max_context(spans, i, 4) for i in range(3)] == [False, True, False]
     assert [is_max_context(spans, i, 6) for i in range(3)] == [False, True, False]
+    # No window holds a position before the context or past it (-1 read the last token's).
+    assert [is_max_context(spans, i, p) for i in range(3) for p in (-1, 10)] == [False] * 6
     assert doc_spans(5, 10, 3) == [(0, 5)]
     assert doc_spans(0, 10, 3) == [(0, 0)]  # An empty context still gets one window.
     assert doc_spans(7, 4, 8) == [(0, 4), (4, 3)]  # A stride past the window moves by its length.
