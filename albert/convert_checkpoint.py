@@ -159,6 +159,11 @@ def convert(
             head without `task_name`; a `task_name` whose task has another head.
         ConfigError: an invalid config file.
     """
+    with remote.shared_copies():  # a remote input's weights are downloaded once
+        return _convert(input_path, output, output_format, albert_config_file, overwrite, task_name)
+
+
+def _convert(input_path, output, output_format, albert_config_file, overwrite, task_name):
     start = time.perf_counter()
     check_output_dir(output, overwrite)
     if albert_config_file:

@@ -39,25 +39,54 @@ def exists(path: str) -> bool:
     return tf.io.gfile.exists(path)
 
 
+_shared = None  # remote folder -> its local copy, inside `shared_copies`
+
+
+@contextlib.contextmanager
+def shared_copies():
+    """Within the block, `local_copies` downloads each remote file once: a conversion reads a
+    checkpoint's weights for their shapes, then to load them (0.9 GB at xxlarge). The copies
+    are removed at the end of the outermost block."""
+    global _shared
+    if _shared is not None:
+        yield
+        return
+    _shared = {}
+    try:
+        yield
+    finally:
+        for local in _shared.values():
+            shutil.rmtree(local, ignore_errors=True)
+        _shared = None
+
+
 @contextlib.contextmanager
 def local_copies(folder: str, names):
     """Yields a local temporary folder holding copies of those of `names` that the remote
-    `folder` holds (a missing one is left for the reader to report); removed afterwards.
+    `folder` holds (a missing one is left for the reader to report); removed afterwards,
+    or at the end of the enclosing `shared_copies` block, which reuses them.
 
     A CheckpointError raised in the block names `folder`, not the local copy.
     """
     import tensorflow as tf  # only for remote paths such as gs://
 
     folder = folder.rstrip("/")
-    local = tempfile.mkdtemp(prefix="albert-checkpoint-")
+    shared = _shared is not None
+    local = _shared.get(folder) if shared else None
+    if local is None:
+        local = tempfile.mkdtemp(prefix="albert-checkpoint-")
+        if shared:
+            _shared[folder] = local
     try:
         for name in names:
-            if tf.io.gfile.exists(f"{folder}/{name}"):
+            copied = os.path.isfile(os.path.join(local, name))
+            if not copied and tf.io.gfile.exists(f"{folder}/{name}"):
                 tf.io.gfile.copy(f"{folder}/{name}", os.path.join(local, name))
         with _naming(local, folder):
             yield local
     finally:
-        shutil.rmtree(local, ignore_errors=True)
+        if not shared:
+            shutil.rmtree(local, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -77,6 +106,8 @@ def written_locally(folder: str, names):
     try:
         with _naming(local, folder):
             yield local
+        if _shared and folder in _shared:  # Its copies are out of date from here on.
+            shutil.rmtree(_shared.pop(folder), ignore_errors=True)
         for name in names:
             if os.path.isfile(os.path.join(local, name)):
                 with fileio.atomic_path(f"{folder}/{name}") as temporary:

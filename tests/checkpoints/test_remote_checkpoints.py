@@ -125,6 +125,57 @@ def test_convert_checkpoint_reads_and_writes_remote_folders(tmp_path, monkeypatc
     assert _max_abs_diff(again.weights, model.weights) == 0
 
 
+@pytest.mark.parametrize("source", ["hf", "keras"])
+def test_a_remote_conversion_downloads_each_file_once_and_leaves_no_copy(
+    tmp_path, monkeypatch, source
+):
+    # The stored model's head was found from the weights' shapes, then the weights loaded:
+    # each through its own local copy, so a remote checkpoint (0.9 GB at xxlarge) came down
+    # twice.
+    import tempfile
+
+    monkeypatch.chdir(tmp_path)
+    model = randomize(AlbertClassifier(tiny_config(), num_labels=3))
+    remote = f"ram://{tmp_path.name}-once-{source}"
+    save_checkpoint(model, str(tmp_path / source), source)
+    _copy_up(str(tmp_path / source), f"{remote}/{source}")
+    copy, downloads = tf.io.gfile.copy, []
+
+    def counting_copy(src, dst, overwrite=False):
+        if src.startswith("ram://"):
+            downloads.append(src)
+        return copy(src, dst, overwrite)
+
+    monkeypatch.setattr(tf.io.gfile, "copy", counting_copy)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    target = "keras" if source == "hf" else "hf"
+    flags = [f"--input={remote}/{source}", f"--output={remote}/out", f"--output_format={target}"]
+    assert _main_with_flags(*flags) == 0
+    inputs = [d for d in downloads if d.startswith(f"{remote}/{source}/")]
+    assert sorted(inputs) == sorted(set(inputs)) and inputs  # each input file once
+    assert os.listdir(tmp_path / "tmp") == []
+    again = AlbertClassifier(tiny_config(), num_labels=3)
+    load_checkpoint(again, f"{remote}/out")
+    assert _max_abs_diff(again.weights, model.weights) == 0
+
+
+def test_shared_copies_are_not_read_after_their_folder_is_written(tmp_path):
+    from albert.checkpoints import remote as remote_files
+
+    folder = f"ram://{tmp_path.name}-stale"
+    with tf.io.gfile.GFile(f"{folder}/w", "w") as f:
+        f.write("old")
+    with remote_files.shared_copies():
+        with remote_files.local_copies(folder, ["w"]) as local:
+            assert open(os.path.join(local, "w")).read() == "old"
+        with remote_files.written_locally(folder, ["w"]) as local:
+            with open(os.path.join(local, "w"), "w") as f:
+                f.write("new")
+        with remote_files.local_copies(folder, ["w"]) as local:
+            assert open(os.path.join(local, "w")).read() == "new"
+
+
 @pytest.mark.parametrize("format_name", ["hf", "keras"])
 def test_init_checkpoint_takes_a_remote_fine_tuned_folder(tmp_path, monkeypatch, format_name):
     from albert.tasks.weights import load_finetuning_weights
