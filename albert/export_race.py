@@ -118,11 +118,13 @@ class _MultipleChoiceServing(tf.Module):
 
 def _four_options(options):
     """`options` (tf.string [B, K]) once checked to hold 4 per row: else the request fails
-    naming the input (the model's reshape would fail on it, or serve 2 rows' options as 1)."""
-    check = tf.debugging.assert_equal(
-        tf.shape(options)[1],
-        NUM_CHOICES,
-        message=f"options must hold {NUM_CHOICES} options per row (A to D); got shape",
+    naming the input, not deep in the string ops ("Input shapes do not match: [8] vs. [6]")."""
+    check = tf.debugging.Assert(
+        tf.equal(tf.shape(options)[1], NUM_CHOICES),
+        [
+            f"options must hold {NUM_CHOICES} options per row (A to D); got the shape",
+            tf.shape(options),
+        ],
     )
     with tf.control_dependencies([check]):
         return tf.identity(options)

@@ -162,7 +162,8 @@ def test_inputs_of_unequal_rows_are_a_clear_error(serving, rows):
 def test_options_not_four_per_row_are_a_clear_error(serving, width):
     article, question, _ = _texts(EXAMPLES[:2])
     options = tf.fill([2, width], "gold")
-    with pytest.raises(tf.errors.InvalidArgumentError, match="options must hold 4 options"):
+    message = rf"options must hold 4 options per row \(A to D\); got the shape\] \[2 {width}\]"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
         serving.serve(article, question, options)
 
 
