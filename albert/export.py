@@ -88,14 +88,19 @@ class _ClassifierServing(tf.Module):
 
 
 def utf8_text(text, name):
-    """`text` (tf.string [B]) once checked to be UTF-8 text: else the request fails naming the
-    input and its rows. Other bytes (Latin-1 from a gRPC client, a character cut in two) were
-    served an answer computed from replacement characters: a Latin-1 "café" context answered
-    "" with a high score. Fine-tuning never reads such text (its readers refuse it).
+    """`text` (tf.string [B], or [B, K]: K texts per row) once checked to be UTF-8 text: else
+    the request fails naming the input and its rows. Other bytes (Latin-1 from a gRPC client,
+    a character cut in two) were served an answer computed from replacement characters: a
+    Latin-1 "café" context answered "" with a high score. Fine-tuning never reads such text
+    (its readers refuse it).
     """
     # A surrogate never decodes from valid UTF-8, so it marks the bytes that are not.
-    codes = tf.strings.unicode_decode(text, "UTF-8", errors="replace", replacement_char=0xD800)
-    invalid = tf.where(tf.reduce_any(tf.equal(codes, 0xD800), axis=1))[:, 0]  # [rows]
+    flat = tf.reshape(text, [-1])  # [B * K]
+    codes = tf.strings.unicode_decode(flat, "UTF-8", errors="replace", replacement_char=0xD800)
+    is_invalid = tf.reduce_any(tf.equal(codes, 0xD800), axis=1)  # [B * K]
+    per_row = [tf.shape(text)[0], tf.reduce_prod(tf.shape(text)[1:])]  # No -1: B may be 0.
+    is_invalid = tf.reduce_any(tf.reshape(is_invalid, per_row), axis=1)  # [B]
+    invalid = tf.where(is_invalid)[:, 0]  # [rows]
     check = tf.debugging.Assert(
         tf.equal(tf.size(invalid), 0), [f"{name} must be UTF-8 text; rows that are not:", invalid]
     )
@@ -104,20 +109,25 @@ def utf8_text(text, name):
 
 
 def same_rows(inputs, names):
-    """The two string inputs [B] of a signature, once checked to hold as many rows: else the
-    request fails with a message naming them, not deep in the tokenizer's ragged ops
-    ("Incompatible shapes: [2] vs. [4]", "indices[1] = 1 is not in [0, 1)").
+    """The inputs of a signature (tensors whose first dimension is the batch), once checked
+    to hold as many rows: else the request fails with a message naming them, not deep in the
+    tokenizer's ragged ops ("Incompatible shapes: [2] vs. [4]", "indices[1] = 1 is not in
+    [0, 1)").
 
     TF Serving's columnar format (`{"inputs": {...}}`) lets a client send such a request.
     """
-    first, second = inputs
-    check = tf.debugging.assert_equal(
-        tf.shape(first)[0],
-        tf.shape(second)[0],
-        message=f"{names[0]} and {names[1]} must hold as many rows (one of each per example)",
-    )
-    with tf.control_dependencies([check]):  # Before any op that would fail on them.
-        return tf.identity(first), tf.identity(second)
+    first, *others = inputs
+    listed = f"{', '.join(names[:-1])} and {names[-1]}"
+    checks = [
+        tf.debugging.assert_equal(
+            tf.shape(first)[0],
+            tf.shape(other)[0],
+            message=f"{listed} must hold as many rows (one of each per example)",
+        )
+        for other in others
+    ]
+    with tf.control_dependencies(checks):  # Before any op that would fail on them.
+        return tuple(tf.identity(t) for t in inputs)
 
 
 def check_export_dir(export_dir):

@@ -88,8 +88,8 @@ def define_finetuning_flags(
             flags.DEFINE_string,
             "export_dir",
             None,
-            "Write a SavedModel taking raw strings (in-graph tokenizer) here: GLUE and SQuAD "
-            "1.1 and 2.0 heads (not RACE); SQuAD 2.0 nulls answers with the null threshold of "
+            "Write a SavedModel taking raw strings (in-graph tokenizer) here: GLUE, SQuAD 1.1 "
+            "and 2.0, and RACE heads; SQuAD 2.0 nulls answers with the null threshold of "
             "predictions.json.",
         ),
         (

@@ -10,7 +10,8 @@ Evaluation reports `accuracy` (kept as the best checkpoint's metric), `middle_ac
 `high_accuracy` and the example counts. Prediction writes `predictions.json` (example id ->
 "A".."D") and `predict_results.txt` (the original's name) with the test split's accuracies
 (RACE's test set has answers). Both results files also give `accuracy` under the original's
-name, `eval_accuracy`.
+name, `eval_accuracy`. `--export_dir` writes a SavedModel that takes the raw article,
+question and options (`albert.export_race`).
 
 Shape letters: B batch, C choices (4), T max_seq_length.
 """
@@ -142,6 +143,28 @@ class RaceTask(engine.FineTuningTask):
         results = race.accuracy_by_level(examples, predictions["logits"])
         fileio.write_text(results_path, format_eval_results(self.eval_results_entries(results)))
         return [path, results_path]
+
+    # --- SavedModel ------------------------------------------------------------------
+
+    def check_export(self):
+        if not self.tokenizer.spm_model_file:
+            raise engine.FineTuningError(
+                "--export_dir needs --spm_model_file: the SavedModel tokenizes in-graph with "
+                "SentencePiece, which a WordPiece --vocab_file cannot do."
+            )
+
+    def export_saved_model(self, model, export_dir):
+        from albert.export_race import export_multiple_choice
+
+        self.check_export()
+        return export_multiple_choice(
+            model,
+            self.tokenizer.spm_model_file,
+            self.tokenizer.do_lower_case,
+            self.max_seq_length,
+            self.max_qa_length,
+            export_dir,
+        )
 
 
 # --- run_race.py -------------------------------------------------------------------------

@@ -8,10 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import synthetic_glue as synthetic
+import tensorflow as tf
 from absl import flags
 
 from albert.data import race as race_data
-from albert.tasks import race
+from albert.tasks import engine, race
+from albert.tokenization import FullTokenizer
 from albert.training.checkpointing import read_key_values
 
 # Single pieces of the tiny SentencePiece model, never among the filler words.
@@ -117,3 +119,46 @@ def test_one_level_and_user_errors(tmp_path):
         run_race(*common, "--high_only", "--middle_only", "--do_eval")
     with pytest.raises(race_data.RaceDataError, match="train"):
         run_race(*common, "--do_train", "--train_step=1")
+
+
+@pytest.mark.slow
+def test_export_dir_serves_the_predicted_answers(tmp_path):
+    # A few steps at a high rate: the options' logits of a fresh head are nearly equal.
+    data_dir = write_race(tmp_path / "data", {"train": 4, "test": 3}, seed=2)
+    config = synthetic.write_config(tmp_path / "config.json")
+    output_dir, export_dir = tmp_path / "out", tmp_path / "export"
+    run_race(
+        f"--data_dir={data_dir}",
+        f"--albert_config_file={config}",
+        f"--output_dir={output_dir}",
+        "--max_seq_length=32",
+        "--max_qa_length=10",
+        "--train_batch_size=4",
+        "--predict_batch_size=5",
+        "--train_step=8",
+        "--learning_rate=1e-2",
+        "--warmup_step=0",
+        "--do_train",
+        "--do_predict",
+        f"--export_dir={export_dir}",
+    )
+    predictions = json.loads((output_dir / "predictions.json").read_text())
+    assert len(set(predictions.values())) > 1  # else the letters would match by chance
+    test = race_data.read_race_examples(data_dir, "test")
+    serve = tf.saved_model.load(str(export_dir)).signatures["serving_default"]
+    served = serve(
+        article=tf.constant([e.article for e in test]),
+        question=tf.constant([e.question for e in test]),
+        options=tf.constant([e.options for e in test]),
+    )
+    assert [a.decode() for a in served["answer"].numpy()] == [
+        predictions[e.example_id] for e in test
+    ]
+    assert np.max(np.abs(served["probabilities"].numpy().sum(axis=1) - 1.0)) < 1e-5
+
+
+def test_export_needs_a_sentencepiece_model(tmp_path):
+    vocab_file = str(Path(synthetic.SPM_MODEL).with_suffix(".vocab"))
+    task = race.RaceTask(str(tmp_path), FullTokenizer(vocab_file=vocab_file), None, 32, 10, 4, 4, 4)
+    with pytest.raises(engine.FineTuningError, match="--export_dir needs --spm_model_file"):
+        task.check_export()
