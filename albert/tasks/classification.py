@@ -141,11 +141,7 @@ class GlueTask(engine.FineTuningTask):
         return glue_submission.write_glue_predictions(output_dir, self.glue.name, examples, outputs)
 
     def check_export(self):
-        if not self.tokenizer.spm_model_file:
-            raise engine.FineTuningError(
-                "--export_dir needs --spm_model_file: the SavedModel tokenizes in-graph with "
-                "SentencePiece, which a WordPiece --vocab_file cannot do."
-            )
+        engine.check_in_graph_tokenizer(self.tokenizer)
 
     def export_saved_model(self, model, export_dir):
         from albert.export import export_classifier

@@ -437,6 +437,16 @@ def run(task, strategy, options, optimizer_fn, do_predict=False, export_dir=None
         return _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir)
 
 
+def check_in_graph_tokenizer(tokenizer):
+    """Raises FineTuningError when the exported SavedModel could not tokenize as `tokenizer`
+    does: it tokenizes in-graph with SentencePiece only (every task's `check_export`)."""
+    if not tokenizer.spm_model_file:
+        raise FineTuningError(
+            "--export_dir needs --spm_model_file: the SavedModel tokenizes in-graph with "
+            "SentencePiece, which a WordPiece --vocab_file cannot do."
+        )
+
+
 def check_export_target(task, export_dir, output_dir):
     """Raises FineTuningError when `task` cannot export (`check_export`) or writing the
     SavedModel to `export_dir` would delete other files: the export replaces that folder

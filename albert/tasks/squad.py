@@ -295,11 +295,7 @@ class SquadTask(engine.FineTuningTask):
         return self.null_threshold_for_predictions(None)
 
     def check_export(self):
-        if not self.tokenizer.spm_model_file:
-            raise engine.FineTuningError(
-                "--export_dir needs --spm_model_file: the SavedModel tokenizes in-graph with "
-                "SentencePiece, which a WordPiece --vocab_file cannot do."
-            )
+        engine.check_in_graph_tokenizer(self.tokenizer)
 
     def export_saved_model(self, model, export_dir):
         from albert.export_qa import export_question_answering
