@@ -26,9 +26,7 @@ ends stripped: the text `run_squad.py` writes to predictions.json for the same s
 (`albert.data.squad_postprocessing.answer_text`). It is found as `albert.data.squad_alignment`
 does, in graph: the non-space characters of the pieces ("▁" dropped; an <unk> piece counts
 the characters it covers) are those of the normalised context, and each original character is
-normalised alone to count its share. Where the two differ (characters SentencePiece drops),
-later answers of that context may be shifted by those characters; the host's alignment
-repairs such stretches.
+normalised alone to count its share (none for a character that SentencePiece drops).
 
 Loading needs TensorFlow and tensorflow-text only (import tensorflow_text first):
 
@@ -204,9 +202,9 @@ class _QuestionAnsweringServing(tf.Module):
         # SentencePiece's NFKC after): how many non-space normalised characters it gives.
         chars, char_starts = tf.strings.unicode_split_with_offsets(context, "UTF-8")
         normalized = tf_text.normalize_utf8(self.tokenizer.normalize(chars.flat_values), "NFKC")
-        char_counts = chars.with_flat_values(
-            tf.strings.length(tf.strings.regex_replace(normalized, " ", ""), unit="UTF8_CHAR")
-        ).to_tensor()  # [B, C]
+        counts = tf.strings.length(tf.strings.regex_replace(normalized, " ", ""), unit="UTF8_CHAR")
+        counts = tf.where(self._kept_by_sentencepiece(chars.flat_values), counts, 0)
+        char_counts = chars.with_flat_values(counts).to_tensor()  # [B, C]
         is_char = tf.sequence_mask(chars.row_lengths(), tf.shape(char_counts)[1])  # [B, C]
         char_end = tf.cumsum(char_counts, axis=1)  # [B, C]
         # The character holding normalised character `begin`, and the one holding
@@ -229,6 +227,19 @@ class _QuestionAnsweringServing(tf.Module):
         byte_end = _take(char_starts + char_bytes, last)
         text = tf.strings.substr(context, byte_begin, byte_end - byte_begin)
         return tf.where(finish > begin, tf.strings.strip(text), "")
+
+    def _kept_by_sentencepiece(self, chars):
+        """bool [C]: whether SentencePiece keeps any of each character (tf.string [C]).
+
+        Its normaliser drops control and format characters (BEL, U+200B, U+200E, U+FEFF) or
+        makes them spaces, and so does predictions.json's alignment; counted as a character
+        each, they shifted every later answer of the context by one ("a", U+200B, "b"
+        answered "a" and U+200B for the span "a b").
+        """
+        unique, index = tf.unique(self.tokenizer.normalize(chars))  # [U], [C]
+        pieces = self.detokenizer.id_to_string(self.detokenizer.tokenize(unique))  # [U, (p)]
+        kept = tf.strings.length(tf.strings.regex_replace(pieces, SPIECE_UNDERLINE, ""))
+        return tf.gather(tf.reduce_sum(kept, axis=1) > 0, index)
 
     def _unknown_piece_chars(self, context, flat_ids, flat_chars):
         """`flat_chars` with each <unk> piece's count replaced by the characters it covers.

@@ -257,12 +257,8 @@ def test_spans_come_from_the_n_best_starts_and_ends_as_predictions_json(tmp_path
     assert served == predictions
 
 
-@pytest.mark.parametrize("do_lower_case", [True, False])
-def test_a_decomposed_accent_stays_with_the_answer_it_ends(do_lower_case):
-    # Text written decomposed (macOS, some scraped pages: "e" + U+0301) normalises the accent
-    # to nothing; predictions.json keeps it with the character before it ("café"), and so
-    # must the served answer of every span (it was "cafe", and "A" for "Å").
-    contexts = ["the cafe\u0301 bar", "A\u030a end", "x n\u0303", "cre\u0300me bru\u0302le\u0301e"]
+def _assert_every_span_is_the_predictions_json_text(contexts, do_lower_case):
+    """`_original_text` of every token span of each context is `answer_text`'s."""
     sp_model = load_spm_model(SPM_MODEL)
     serving = _QuestionAnsweringServing(
         _model(seed=0),
@@ -286,6 +282,31 @@ def test_a_decomposed_accent_stays_with_the_answer_it_ends(do_lower_case):
         served = serving._original_text(batch, ids, first, last).numpy()
         expected = [context[starts[i] : ends[j] + 1].strip() for i, j in spans]
         assert [text.decode("utf-8") for text in served] == expected, context
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_a_decomposed_accent_stays_with_the_answer_it_ends(do_lower_case):
+    # Text written decomposed (macOS, some scraped pages: "e" + U+0301) normalises the accent
+    # to nothing; predictions.json keeps it with the character before it ("café"), and so
+    # must the served answer of every span (it was "cafe", and "A" for "Å").
+    contexts = ["the cafe\u0301 bar", "A\u030a end", "x n\u0303", "cre\u0300me bru\u0302le\u0301e"]
+    _assert_every_span_is_the_predictions_json_text(contexts, do_lower_case)
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_characters_sentencepiece_drops_do_not_shift_later_answers(do_lower_case):
+    # SentencePiece drops control and format characters (a zero-width space, a byte order
+    # mark, bidi marks, BEL) that scraped text carries; predictions.json's alignment leaves
+    # them outside every token. Counted as a character each, they shifted every later answer
+    # of the context: "a\u200bb river" served "a\u200b" for the span "a b".
+    contexts = [
+        "a\u200bb river flows\u200b to the sea",
+        "\ufeffThe BOM starts here and then",
+        "ctrl\x07char here bell then",
+        "zero\u200cwidth\u200dj oiner",
+        "right\u200fto\u200eleft marks",
+    ]
+    _assert_every_span_is_the_predictions_json_text(contexts, do_lower_case)
 
 
 @pytest.mark.parametrize("rows", [(2, 4), (1, 3), (3, 1), (0, 1)])
