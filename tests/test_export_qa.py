@@ -12,7 +12,7 @@ import tensorflow_text as tf_text
 
 from albert.data import squad, squad_alignment, squad_features, squad_postprocessing
 from albert.export_qa import _QuestionAnsweringServing, export_question_answering
-from albert.export_qa_spans import doc_windows, first_best, max_context
+from albert.export_qa_spans import best_span, doc_windows, first_best, max_context
 from albert.modeling import AlbertBackbone, AlbertQuestionAnswering
 from albert.text_ops import InGraphTokenizer
 from albert.tokenization import FullTokenizer, load_spm_model
@@ -399,3 +399,62 @@ def test_each_question_takes_its_first_best_window():
     # window of its own example, not an index past the windows.
     chosen = first_best(score, example, 4).numpy().tolist()
     assert chosen[:3] == [1, 3, 4] and chosen[3] in (5, 6)
+
+
+def test_equal_scores_take_the_span_predictions_json_takes():
+    # Logits of a mixed precision model tie often. predictions.json ranks the pairs by score
+    # with a stable sort of starts by rank, then ends by rank; the SavedModel took the first
+    # by position: of (5, 5) and (10, 10), both scoring 3, it answered "w5" for "w10".
+    rng = np.random.default_rng(6)
+    rows, length, n_best_size, max_answer_length = 300, 16, 5, 4
+    start_logits = rng.integers(0, 4, (rows, length)).astype(np.float32)  # ties everywhere
+    end_logits = rng.integers(0, 4, (rows, length)).astype(np.float32)
+    start_logits[0], end_logits[0] = -10.0, -10.0
+    start_logits[0, [5, 10]], end_logits[0, [5, 10]] = [1.0, 2.0], [2.0, 1.0]
+    is_context = np.zeros((rows, length), bool)
+    is_context[:, 4:-1] = True  # [CLS] question [SEP] context [SEP]
+    is_max_context = is_context & (rng.random((rows, length)) < 0.8)
+    words = [f"w{i}" for i in range(length)]
+    context = " ".join(words)
+    chars = np.cumsum([0] + [len(word) + 1 for word in words]).tolist()  # each word's first
+    examples = [squad.SquadExample(f"q{row}", "", context) for row in range(rows)]
+    features = [
+        squad_features.SquadFeature(
+            unique_id=row,
+            example_index=row,
+            doc_span_index=0,
+            tokens=[],
+            token_to_orig_map={
+                i: (chars[i], chars[i] + len(words[i]) - 1) for i in np.flatnonzero(is_context[row])
+            },
+            token_is_max_context={
+                i: bool(is_max_context[row, i]) for i in np.flatnonzero(is_context[row])
+            },
+            input_ids=[],
+            input_mask=[],
+            segment_ids=[],
+            p_mask=[],
+        )
+        for row in range(rows)
+    ]
+    results = {
+        row: {"start_logits": start_logits[row], "end_logits": end_logits[row]}
+        for row in range(rows)
+    }
+    predictions, _ = squad_postprocessing.compute_predictions_v1(
+        examples, features, results, n_best_size, max_answer_length
+    )
+    start, end, _ = (
+        t.numpy()
+        for t in best_span(
+            tf.constant(start_logits),
+            tf.constant(end_logits),
+            tf.constant(is_context),
+            max_answer_length,
+            n_best_size,
+            tf.constant(is_max_context),
+        )
+    )
+    served = [" ".join(words[s : e + 1]) if s > 0 else "" for s, e in zip(start, end, strict=True)]
+    assert served[0] == "w10"
+    assert served == [predictions[f"q{row}"] for row in range(rows)]
