@@ -48,7 +48,7 @@ from albert import fileio
 from albert.errors import AlbertError
 from albert.export import check_export_dir, check_max_seq_length, same_rows, utf8_text
 from albert.export_qa_spans import best_span, doc_windows, first_best, max_context
-from albert.text_ops import InGraphTokenizer, strip_accents
+from albert.text_ops import InGraphTokenizer, _char_class, strip_accents
 from albert.tokenization import SPIECE_UNDERLINE, load_spm_model
 
 SERVING_SIGNATURE = "serving_default"
@@ -218,15 +218,34 @@ class _QuestionAnsweringServing(tf.Module):
         # before them, as in `squad_alignment`: else "café" written decomposed serves "cafe".
         accents_stripped = chars.with_flat_values(strip_accents(chars.flat_values))
         silent = is_char & (tf.strings.length(accents_stripped).to_tensor() == 0)  # [B, C]
-        positions = tf.range(tf.shape(char_counts)[1])  # [C]
-        stops = (positions > last[:, None]) & ~silent  # [B, C]
-        last = tf.reduce_min(tf.where(stops, positions, tf.shape(char_counts)[1]), 1) - 1
+        width = tf.shape(char_counts)[1]
+        positions = tf.range(width)  # [C]
+
+        def with_silent(index):  # [B]: index, or the last of the silent characters after it
+            stops = (positions > index[:, None]) & ~silent  # [B, C]
+            return tf.reduce_min(tf.where(stops, positions, width), 1) - 1
+
+        last = with_silent(last)
+        # A span that starts with a "▁" piece (no characters) starts, as `squad_alignment`'s
+        # empty token, right after the token before it, ends stripped of whitespace: so it
+        # keeps characters that normalise to a space or nothing ("´" of "don´t", U+200B).
+        previous = tf.reduce_sum(tf.cast(is_char & (char_end < begin[:, None]), tf.int32), 1)
+        after_previous = tf.where(begin > 0, with_silent(previous), -1) + 1  # [B]
+        is_space = chars.with_flat_values(
+            tf.strings.regex_full_match(chars.flat_values, _char_class("space"))
+        ).to_tensor(False)  # [B, C]
+        is_start = is_char & ~is_space & (positions >= after_previous[:, None])  # [B, C]
+        first = tf.where(
+            _take(piece_chars, first_piece) == 0,
+            tf.reduce_min(tf.where(is_start, positions, width), 1),
+            first,
+        )  # [B]
         char_bytes = tf.strings.length(chars).to_tensor()  # [B, C]
         char_starts = tf.cast(char_starts.to_tensor(), tf.int32)  # [B, C], bytes
         byte_begin = _take(char_starts, first)
         byte_end = _take(char_starts + char_bytes, last)
         text = tf.strings.substr(context, byte_begin, byte_end - byte_begin)
-        return tf.where(finish > begin, tf.strings.strip(text), "")
+        return tf.where((finish > begin) & (first <= last), tf.strings.strip(text), "")
 
     def _kept_by_sentencepiece(self, chars):
         """bool [C]: whether SentencePiece keeps any of each character (tf.string [C]).

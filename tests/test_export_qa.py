@@ -458,3 +458,20 @@ def test_equal_scores_take_the_span_predictions_json_takes():
     served = [" ".join(words[s : e + 1]) if s > 0 else "" for s, e in zip(start, end, strict=True)]
     assert served[0] == "w10"
     assert served == [predictions[f"q{row}"] for row in range(rows)]
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_a_span_from_a_lone_underline_piece_keeps_what_predictions_json_keeps(do_lower_case):
+    # A "▁" piece alone (before a word split as "▁", "t") covers no character;
+    # predictions.json starts such a span right after the token before it and strips
+    # whitespace, so it keeps characters that normalise to a space or to nothing there ("´t"
+    # of "don´t", a zero-width space). The SavedModel started at the next word ("t").
+    contexts = [
+        "don\u00b4t and a\u00a8b caf\u00b4e",
+        "\u0385 x \u1fed and end",
+        "ypo \u0345 gegrammeni",
+        "\ufdfa arabic",
+        "a\u200b river and\u00a0\u00b4the sea",
+        "\u3000\u00b4river x\u00a0 \u02dcnow",
+    ]
+    _assert_every_span_is_the_predictions_json_text(contexts, do_lower_case)
