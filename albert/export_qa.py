@@ -284,9 +284,10 @@ class _QuestionAnsweringServing(tf.Module):
             row_text, starts.flat_values, ends.flat_values - starts.flat_values
         )
         text = tf_text.normalize_utf8(tf.boolean_mask(text, is_unknown), "NFKC")  # [U0]
-        unknown_chars = tf.strings.length(
-            tf.strings.regex_replace(text, "[ " + SPIECE_UNDERLINE + "]", ""), unit="UTF8_CHAR"
-        )  # [U0]
+        # The text may hold characters SentencePiece drops ("σ" + BEL): they count none.
+        chars = tf.strings.unicode_split(text, "UTF-8")  # [U0, (c)]
+        kept = chars.with_flat_values(self._kept_by_sentencepiece(chars.flat_values))
+        unknown_chars = tf.reduce_sum(tf.cast(kept, tf.int32), axis=1)  # [U0]
         targets = tf.where(tf.equal(flat_ids, self._unknown_id))  # [U, 1]
         # U == U0 (see above); the clamp keeps a mismatch from failing the request.
         rank = tf.minimum(tf.range(tf.shape(targets)[0]), tf.size(unknown_chars) - 1)

@@ -475,3 +475,16 @@ def test_a_span_from_a_lone_underline_piece_keeps_what_predictions_json_keeps(do
         "\u3000\u00b4river x\u00a0 \u02dcnow",
     ]
     _assert_every_span_is_the_predictions_json_text(contexts, do_lower_case)
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_a_dropped_character_after_an_unknown_piece_does_not_shift_later_answers(do_lower_case):
+    # SentencePiece's offsets give an <unk> piece ("σ", "ß", "``": unknown to the fixture's
+    # model) the characters up to the next piece, a dropped one included (BEL):
+    # counted, it shifted the answers after it by one ("kσ" served "kσ\x07⅓").
+    contexts = [
+        "kσ\x07⅓h the river",
+        "Straß\x07e flows to the sea",
+        "``\x07quoted'' end",
+    ]
+    _assert_every_span_is_the_predictions_json_text(contexts, do_lower_case)
