@@ -337,7 +337,7 @@ def export_question_answering(
 
     Raises:
         QuestionAnsweringError: a question budget leaving no context room, or a `doc_stride`
-            below 1.
+            or `n_best_size` below 1.
         ValueError: `max_seq_length` exceeds the model's position embeddings.
         FileExistsError: `export_dir` holds something other than a SavedModel
             (`albert.export.check_export_dir`).
@@ -351,6 +351,8 @@ def export_question_answering(
         )
     if doc_stride < 1:
         raise QuestionAnsweringError(f"doc_stride must be positive. Received: {doc_stride}")
+    if n_best_size < 1:
+        raise QuestionAnsweringError(f"n_best_size must be positive. Received: {n_best_size}")
     check_max_seq_length(model, max_seq_length)
     tokenizer = InGraphTokenizer(spm_model_file, do_lower_case=do_lower_case)
     sp_model = load_spm_model(spm_model_file)

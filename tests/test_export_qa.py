@@ -11,7 +11,11 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from albert.data import squad, squad_alignment, squad_features, squad_postprocessing
-from albert.export_qa import _QuestionAnsweringServing, export_question_answering
+from albert.export_qa import (
+    QuestionAnsweringError,
+    _QuestionAnsweringServing,
+    export_question_answering,
+)
 from albert.export_qa_spans import best_span, doc_windows, first_best, max_context
 from albert.modeling import AlbertBackbone, AlbertQuestionAnswering
 from albert.text_ops import InGraphTokenizer
@@ -353,6 +357,16 @@ def test_text_that_is_not_utf8_is_a_clear_error():
         serving.serve(tf.constant(["où?"]), tf.constant([context.encode("latin-1")]))
     with pytest.raises(tf.errors.InvalidArgumentError, match="question must be UTF-8"):
         serving.serve(tf.constant(["où?".encode("latin-1")]), tf.constant([context]))
+
+
+def test_an_n_best_size_below_one_is_one_line(tmp_path):
+    # No span can be chosen among 0 starts: the export wrote a SavedModel that failed every
+    # request ("Reduction axis -1 is empty").
+    with pytest.raises(QuestionAnsweringError, match="n_best_size must be positive. Received: 0"):
+        export_question_answering(
+            _model(seed=0), SPM_MODEL, True, str(tmp_path / "e"), MAX_SEQ_LENGTH, n_best_size=0
+        )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_max_seq_length_over_the_position_embeddings_is_one_line(tmp_path):
