@@ -26,9 +26,7 @@ ends stripped: the text `run_squad.py` writes to predictions.json for the same s
 (`albert.data.squad_postprocessing.answer_text`). It is found as `albert.data.squad_alignment`
 does, in graph: the non-space characters of the pieces ("▁" dropped; an <unk> piece counts
 the characters it covers) are those of the normalised context, and each original character is
-normalised alone to count its share. Where the two differ (characters SentencePiece drops),
-later answers of that context may be shifted by those characters; the host's alignment
-repairs such stretches.
+normalised alone to count its share (none for a character that SentencePiece drops).
 
 Loading needs TensorFlow and tensorflow-text only (import tensorflow_text first):
 
@@ -50,7 +48,7 @@ from albert import fileio
 from albert.errors import AlbertError
 from albert.export import check_export_dir, check_max_seq_length, same_rows, utf8_text
 from albert.export_qa_spans import best_span, doc_windows, first_best, max_context
-from albert.text_ops import InGraphTokenizer, strip_accents
+from albert.text_ops import InGraphTokenizer, _char_class, strip_accents
 from albert.tokenization import SPIECE_UNDERLINE, load_spm_model
 
 SERVING_SIGNATURE = "serving_default"
@@ -204,9 +202,9 @@ class _QuestionAnsweringServing(tf.Module):
         # SentencePiece's NFKC after): how many non-space normalised characters it gives.
         chars, char_starts = tf.strings.unicode_split_with_offsets(context, "UTF-8")
         normalized = tf_text.normalize_utf8(self.tokenizer.normalize(chars.flat_values), "NFKC")
-        char_counts = chars.with_flat_values(
-            tf.strings.length(tf.strings.regex_replace(normalized, " ", ""), unit="UTF8_CHAR")
-        ).to_tensor()  # [B, C]
+        counts = tf.strings.length(tf.strings.regex_replace(normalized, " ", ""), unit="UTF8_CHAR")
+        counts = tf.where(self._kept_by_sentencepiece(chars.flat_values), counts, 0)
+        char_counts = chars.with_flat_values(counts).to_tensor()  # [B, C]
         is_char = tf.sequence_mask(chars.row_lengths(), tf.shape(char_counts)[1])  # [B, C]
         char_end = tf.cumsum(char_counts, axis=1)  # [B, C]
         # The character holding normalised character `begin`, and the one holding
@@ -220,15 +218,47 @@ class _QuestionAnsweringServing(tf.Module):
         # before them, as in `squad_alignment`: else "café" written decomposed serves "cafe".
         accents_stripped = chars.with_flat_values(strip_accents(chars.flat_values))
         silent = is_char & (tf.strings.length(accents_stripped).to_tensor() == 0)  # [B, C]
-        positions = tf.range(tf.shape(char_counts)[1])  # [C]
-        stops = (positions > last[:, None]) & ~silent  # [B, C]
-        last = tf.reduce_min(tf.where(stops, positions, tf.shape(char_counts)[1]), 1) - 1
+        width = tf.shape(char_counts)[1]
+        positions = tf.range(width)  # [C]
+
+        def with_silent(index):  # [B]: index, or the last of the silent characters after it
+            stops = (positions > index[:, None]) & ~silent  # [B, C]
+            return tf.reduce_min(tf.where(stops, positions, width), 1) - 1
+
+        last = with_silent(last)
+        # A span that starts with a "▁" piece (no characters) starts, as `squad_alignment`'s
+        # empty token, right after the token before it, ends stripped of whitespace: so it
+        # keeps characters that normalise to a space or nothing ("´" of "don´t", U+200B).
+        previous = tf.reduce_sum(tf.cast(is_char & (char_end < begin[:, None]), tf.int32), 1)
+        after_previous = tf.where(begin > 0, with_silent(previous), -1) + 1  # [B]
+        is_space = chars.with_flat_values(
+            tf.strings.regex_full_match(chars.flat_values, _char_class("space"))
+        ).to_tensor(False)  # [B, C]
+        is_start = is_char & ~is_space & (positions >= after_previous[:, None])  # [B, C]
+        first = tf.where(
+            _take(piece_chars, first_piece) == 0,
+            tf.reduce_min(tf.where(is_start, positions, width), 1),
+            first,
+        )  # [B]
         char_bytes = tf.strings.length(chars).to_tensor()  # [B, C]
         char_starts = tf.cast(char_starts.to_tensor(), tf.int32)  # [B, C], bytes
         byte_begin = _take(char_starts, first)
         byte_end = _take(char_starts + char_bytes, last)
         text = tf.strings.substr(context, byte_begin, byte_end - byte_begin)
-        return tf.where(finish > begin, tf.strings.strip(text), "")
+        return tf.where((finish > begin) & (first <= last), tf.strings.strip(text), "")
+
+    def _kept_by_sentencepiece(self, chars):
+        """bool [C]: whether SentencePiece keeps any of each character (tf.string [C]).
+
+        Its normaliser drops control and format characters (BEL, U+200B, U+200E, U+FEFF) or
+        makes them spaces, and so does predictions.json's alignment; counted as a character
+        each, they shifted every later answer of the context by one ("a", U+200B, "b"
+        answered "a" and U+200B for the span "a b").
+        """
+        unique, index = tf.unique(self.tokenizer.normalize(chars))  # [U], [C]
+        pieces = self.detokenizer.id_to_string(self.detokenizer.tokenize(unique))  # [U, (p)]
+        kept = tf.strings.length(tf.strings.regex_replace(pieces, SPIECE_UNDERLINE, ""))
+        return tf.gather(tf.reduce_sum(kept, axis=1) > 0, index)
 
     def _unknown_piece_chars(self, context, flat_ids, flat_chars):
         """`flat_chars` with each <unk> piece's count replaced by the characters it covers.
@@ -254,9 +284,10 @@ class _QuestionAnsweringServing(tf.Module):
             row_text, starts.flat_values, ends.flat_values - starts.flat_values
         )
         text = tf_text.normalize_utf8(tf.boolean_mask(text, is_unknown), "NFKC")  # [U0]
-        unknown_chars = tf.strings.length(
-            tf.strings.regex_replace(text, "[ " + SPIECE_UNDERLINE + "]", ""), unit="UTF8_CHAR"
-        )  # [U0]
+        # The text may hold characters SentencePiece drops ("σ" + BEL): they count none.
+        chars = tf.strings.unicode_split(text, "UTF-8")  # [U0, (c)]
+        kept = chars.with_flat_values(self._kept_by_sentencepiece(chars.flat_values))
+        unknown_chars = tf.reduce_sum(tf.cast(kept, tf.int32), axis=1)  # [U0]
         targets = tf.where(tf.equal(flat_ids, self._unknown_id))  # [U, 1]
         # U == U0 (see above); the clamp keeps a mismatch from failing the request.
         rank = tf.minimum(tf.range(tf.shape(targets)[0]), tf.size(unknown_chars) - 1)
@@ -306,7 +337,7 @@ def export_question_answering(
 
     Raises:
         QuestionAnsweringError: a question budget leaving no context room, or a `doc_stride`
-            below 1.
+            or `n_best_size` below 1.
         ValueError: `max_seq_length` exceeds the model's position embeddings.
         FileExistsError: `export_dir` holds something other than a SavedModel
             (`albert.export.check_export_dir`).
@@ -320,6 +351,8 @@ def export_question_answering(
         )
     if doc_stride < 1:
         raise QuestionAnsweringError(f"doc_stride must be positive. Received: {doc_stride}")
+    if n_best_size < 1:
+        raise QuestionAnsweringError(f"n_best_size must be positive. Received: {n_best_size}")
     check_max_seq_length(model, max_seq_length)
     tokenizer = InGraphTokenizer(spm_model_file, do_lower_case=do_lower_case)
     sp_model = load_spm_model(spm_model_file)

@@ -3,7 +3,8 @@
 token has its most context in, the best span of a window and the best window of a question,
 each as the host-side featurizer and post-processing compute them.
 
-Shape letters: B batch, N windows of the batch, S max_seq_length, L window pieces.
+Shape letters: B batch, N windows of the batch, S max_seq_length, L window pieces, K
+n_best_size.
 """
 
 from __future__ import annotations
@@ -94,7 +95,9 @@ def best_span(
     `max_answer_length` tokens, highest start + end logit; with `n_best_size`, only among the
     `n_best_size` highest start logits and end logits of the row, as
     `albert.data.squad_postprocessing.compute_predictions_v1` pairs them (none valid: start
-    and end 0, score float32 min).
+    and end 0, score float32 min). Of equal scores, the first pair in its order wins: starts
+    by rank, then ends by rank (ranks: highest logit first, the lower position on ties), not
+    the first by position: logits of a mixed precision model tie often.
 
     Args:
         start_logits, end_logits: float32 [B, S].
@@ -108,27 +111,24 @@ def best_span(
         (start, end, score): int32 [B], int32 [B], float32 [B].
     """
     length = tf.shape(start_logits)[1]
-    positions = tf.range(length)
-    offset = positions[None, :] - positions[:, None]  # [S, S]: end - start
-    allowed = (offset >= 0) & (offset < max_answer_length)  # [S, S]
-    is_start, is_end = is_context, is_context  # [B, S] each
-    if is_max_context is not None:
-        is_start = is_start & is_max_context
-    if n_best_size is not None:
-        is_start = is_start & _is_top(start_logits, n_best_size)
-        is_end = is_end & _is_top(end_logits, n_best_size)
-    valid = allowed[None] & is_start[:, :, None] & is_end[:, None, :]  # [B, S, S]
-    scores = start_logits[:, :, None] + end_logits[:, None, :]  # [B, S, S]
-    scores = tf.where(valid, scores, tf.float32.min)
-    flat = tf.argmax(tf.reshape(scores, [tf.shape(scores)[0], -1]), axis=-1, output_type=tf.int32)
-    start, end = flat // length, flat % length
-    score = tf.gather_nd(scores, tf.stack([start, end], axis=-1), batch_dims=1)
-    return start, end, score
-
-
-def _is_top(logits, k):
-    """bool [B, S]: the k highest of each row (ties: the lower position first, as a stable
-    descending sort)."""
-    k = tf.minimum(k, tf.shape(logits)[1])
-    top = tf.math.top_k(logits, k=k).indices  # [B, k]
-    return tf.reduce_any(tf.equal(top[:, :, None], tf.range(tf.shape(logits)[1])), axis=1)
+    k = length if n_best_size is None else tf.minimum(n_best_size, length)
+    # Ranks as the host's stable descending sort: top_k puts the lower index first on ties.
+    start_top = tf.math.top_k(start_logits, k=k).indices  # [B, K]
+    end_top = tf.math.top_k(end_logits, k=k).indices  # [B, K]
+    is_start = is_context if is_max_context is None else is_context & is_max_context
+    can_start = tf.gather(is_start, start_top, batch_dims=1)  # [B, K]
+    can_end = tf.gather(is_context, end_top, batch_dims=1)  # [B, K]
+    offset = end_top[:, None, :] - start_top[:, :, None]  # [B, K, K]: end - start
+    valid = (
+        can_start[:, :, None] & can_end[:, None, :] & (offset >= 0) & (offset < max_answer_length)
+    )  # [B, K, K]
+    scores = (
+        tf.gather(start_logits, start_top, batch_dims=1)[:, :, None]
+        + tf.gather(end_logits, end_top, batch_dims=1)[:, None, :]
+    )  # [B, K, K]
+    scores = tf.reshape(tf.where(valid, scores, tf.float32.min), [tf.shape(scores)[0], -1])
+    flat = tf.argmax(scores, axis=-1, output_type=tf.int32)  # [B], the first of equal scores
+    is_found = tf.gather(tf.reshape(valid, tf.shape(scores)), flat, batch_dims=1)  # [B]
+    start = tf.where(is_found, tf.gather(start_top, flat // k, batch_dims=1), 0)
+    end = tf.where(is_found, tf.gather(end_top, flat % k, batch_dims=1), 0)
+    return start, end, tf.gather(scores, flat, batch_dims=1)

@@ -11,8 +11,12 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from albert.data import squad, squad_alignment, squad_features, squad_postprocessing
-from albert.export_qa import _QuestionAnsweringServing, export_question_answering
-from albert.export_qa_spans import doc_windows, first_best, max_context
+from albert.export_qa import (
+    QuestionAnsweringError,
+    _QuestionAnsweringServing,
+    export_question_answering,
+)
+from albert.export_qa_spans import best_span, doc_windows, first_best, max_context
 from albert.modeling import AlbertBackbone, AlbertQuestionAnswering
 from albert.text_ops import InGraphTokenizer
 from albert.tokenization import FullTokenizer, load_spm_model
@@ -257,12 +261,8 @@ def test_spans_come_from_the_n_best_starts_and_ends_as_predictions_json(tmp_path
     assert served == predictions
 
 
-@pytest.mark.parametrize("do_lower_case", [True, False])
-def test_a_decomposed_accent_stays_with_the_answer_it_ends(do_lower_case):
-    # Text written decomposed (macOS, some scraped pages: "e" + U+0301) normalises the accent
-    # to nothing; predictions.json keeps it with the character before it ("café"), and so
-    # must the served answer of every span (it was "cafe", and "A" for "Å").
-    contexts = ["the cafe\u0301 bar", "A\u030a end", "x n\u0303", "cre\u0300me bru\u0302le\u0301e"]
+def _assert_every_span_is_the_predictions_json_text(contexts, do_lower_case):
+    """`_original_text` of every token span of each context is `answer_text`'s."""
     sp_model = load_spm_model(SPM_MODEL)
     serving = _QuestionAnsweringServing(
         _model(seed=0),
@@ -286,6 +286,31 @@ def test_a_decomposed_accent_stays_with_the_answer_it_ends(do_lower_case):
         served = serving._original_text(batch, ids, first, last).numpy()
         expected = [context[starts[i] : ends[j] + 1].strip() for i, j in spans]
         assert [text.decode("utf-8") for text in served] == expected, context
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_a_decomposed_accent_stays_with_the_answer_it_ends(do_lower_case):
+    # Text written decomposed (macOS, some scraped pages: "e" + U+0301) normalises the accent
+    # to nothing; predictions.json keeps it with the character before it ("café"), and so
+    # must the served answer of every span (it was "cafe", and "A" for "Å").
+    contexts = ["the cafe\u0301 bar", "A\u030a end", "x n\u0303", "cre\u0300me bru\u0302le\u0301e"]
+    _assert_every_span_is_the_predictions_json_text(contexts, do_lower_case)
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_characters_sentencepiece_drops_do_not_shift_later_answers(do_lower_case):
+    # SentencePiece drops control and format characters (a zero-width space, a byte order
+    # mark, bidi marks, BEL) that scraped text carries; predictions.json's alignment leaves
+    # them outside every token. Counted as a character each, they shifted every later answer
+    # of the context: "a\u200bb river" served "a\u200b" for the span "a b".
+    contexts = [
+        "a\u200bb river flows\u200b to the sea",
+        "\ufeffThe BOM starts here and then",
+        "ctrl\x07char here bell then",
+        "zero\u200cwidth\u200dj oiner",
+        "right\u200fto\u200eleft marks",
+    ]
+    _assert_every_span_is_the_predictions_json_text(contexts, do_lower_case)
 
 
 @pytest.mark.parametrize("rows", [(2, 4), (1, 3), (3, 1), (0, 1)])
@@ -334,6 +359,16 @@ def test_text_that_is_not_utf8_is_a_clear_error():
         serving.serve(tf.constant(["où?".encode("latin-1")]), tf.constant([context]))
 
 
+def test_an_n_best_size_below_one_is_one_line(tmp_path):
+    # No span can be chosen among 0 starts: the export wrote a SavedModel that failed every
+    # request ("Reduction axis -1 is empty").
+    with pytest.raises(QuestionAnsweringError, match="n_best_size must be positive. Received: 0"):
+        export_question_answering(
+            _model(seed=0), SPM_MODEL, True, str(tmp_path / "e"), MAX_SEQ_LENGTH, n_best_size=0
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_max_seq_length_over_the_position_embeddings_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="max_seq_length=200 exceeds the model's max_position_"):
         export_question_answering(_model(seed=0), SPM_MODEL, True, str(tmp_path / "e"), 200)
@@ -378,3 +413,92 @@ def test_each_question_takes_its_first_best_window():
     # window of its own example, not an index past the windows.
     chosen = first_best(score, example, 4).numpy().tolist()
     assert chosen[:3] == [1, 3, 4] and chosen[3] in (5, 6)
+
+
+def test_equal_scores_take_the_span_predictions_json_takes():
+    # Logits of a mixed precision model tie often. predictions.json ranks the pairs by score
+    # with a stable sort of starts by rank, then ends by rank; the SavedModel took the first
+    # by position: of (5, 5) and (10, 10), both scoring 3, it answered "w5" for "w10".
+    rng = np.random.default_rng(6)
+    rows, length, n_best_size, max_answer_length = 300, 16, 5, 4
+    start_logits = rng.integers(0, 4, (rows, length)).astype(np.float32)  # ties everywhere
+    end_logits = rng.integers(0, 4, (rows, length)).astype(np.float32)
+    start_logits[0], end_logits[0] = -10.0, -10.0
+    start_logits[0, [5, 10]], end_logits[0, [5, 10]] = [1.0, 2.0], [2.0, 1.0]
+    is_context = np.zeros((rows, length), bool)
+    is_context[:, 4:-1] = True  # [CLS] question [SEP] context [SEP]
+    is_max_context = is_context & (rng.random((rows, length)) < 0.8)
+    words = [f"w{i}" for i in range(length)]
+    context = " ".join(words)
+    chars = np.cumsum([0] + [len(word) + 1 for word in words]).tolist()  # each word's first
+    examples = [squad.SquadExample(f"q{row}", "", context) for row in range(rows)]
+    features = [
+        squad_features.SquadFeature(
+            unique_id=row,
+            example_index=row,
+            doc_span_index=0,
+            tokens=[],
+            token_to_orig_map={
+                i: (chars[i], chars[i] + len(words[i]) - 1) for i in np.flatnonzero(is_context[row])
+            },
+            token_is_max_context={
+                i: bool(is_max_context[row, i]) for i in np.flatnonzero(is_context[row])
+            },
+            input_ids=[],
+            input_mask=[],
+            segment_ids=[],
+            p_mask=[],
+        )
+        for row in range(rows)
+    ]
+    results = {
+        row: {"start_logits": start_logits[row], "end_logits": end_logits[row]}
+        for row in range(rows)
+    }
+    predictions, _ = squad_postprocessing.compute_predictions_v1(
+        examples, features, results, n_best_size, max_answer_length
+    )
+    start, end, _ = (
+        t.numpy()
+        for t in best_span(
+            tf.constant(start_logits),
+            tf.constant(end_logits),
+            tf.constant(is_context),
+            max_answer_length,
+            n_best_size,
+            tf.constant(is_max_context),
+        )
+    )
+    served = [" ".join(words[s : e + 1]) if s > 0 else "" for s, e in zip(start, end, strict=True)]
+    assert served[0] == "w10"
+    assert served == [predictions[f"q{row}"] for row in range(rows)]
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_a_span_from_a_lone_underline_piece_keeps_what_predictions_json_keeps(do_lower_case):
+    # A "▁" piece alone (before a word split as "▁", "t") covers no character;
+    # predictions.json starts such a span right after the token before it and strips
+    # whitespace, so it keeps characters that normalise to a space or to nothing there ("´t"
+    # of "don´t", a zero-width space). The SavedModel started at the next word ("t").
+    contexts = [
+        "don\u00b4t and a\u00a8b caf\u00b4e",
+        "\u0385 x \u1fed and end",
+        "ypo \u0345 gegrammeni",
+        "\ufdfa arabic",
+        "a\u200b river and\u00a0\u00b4the sea",
+        "\u3000\u00b4river x\u00a0 \u02dcnow",
+    ]
+    _assert_every_span_is_the_predictions_json_text(contexts, do_lower_case)
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_a_dropped_character_after_an_unknown_piece_does_not_shift_later_answers(do_lower_case):
+    # SentencePiece's offsets give an <unk> piece ("σ", "ß", "``": unknown to the fixture's
+    # model) the characters up to the next piece, a dropped one included (BEL):
+    # counted, it shifted the answers after it by one ("kσ" served "kσ\x07⅓").
+    contexts = [
+        "kσ\x07⅓h the river",
+        "Straß\x07e flows to the sea",
+        "``\x07quoted'' end",
+    ]
+    _assert_every_span_is_the_predictions_json_text(contexts, do_lower_case)

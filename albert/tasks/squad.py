@@ -267,7 +267,15 @@ class SquadTask(engine.FineTuningTask):
                 evaluation.get("global_step"),
             )
             return evaluation["null_score_diff_threshold"]
-        if predictions is not None and self.gold_dataset(engine.PREDICT):
+        if predictions is None:  # A SavedModel exported without predicting: none to tune on.
+            logging.warning(
+                "No null threshold for the SQuAD 2.0 SavedModel (no evaluation of these weights "
+                "in eval_results.txt): it nulls answers above 0.0, not above one an earlier "
+                "--do_predict tuned on --predict_file; pass --null_score_diff_threshold, or "
+                "export in the run that predicts (--do_predict) or evaluates (--do_eval)."
+            )
+            return 0.0
+        if self.gold_dataset(engine.PREDICT):
             logging.info("Null threshold tuned on --predict_file (it has answers).")
             return self.evaluate_predictions(predictions)["null_score_diff_threshold"]
         logging.warning(

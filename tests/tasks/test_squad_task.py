@@ -328,6 +328,15 @@ def test_v2_predictions_take_the_threshold_of_the_final_evaluation():
     assert task.null_threshold_for_predictions(predictions=None) == 0.25
 
 
+def test_a_v2_export_without_a_threshold_says_why_it_uses_zero(absl_caplog):
+    # An export-only run has no predictions to tune on: the warning said "the predict file
+    # has no answers", also when it has and an earlier --do_predict tuned on it.
+    task = _task(True)
+    assert task.export_null_threshold() == 0.0
+    assert "not above one an earlier --do_predict tuned on --predict_file" in absl_caplog.text
+    assert "the predict file has no answers" not in absl_caplog.text
+
+
 def test_earlier_evaluation_is_of_the_same_weights(tmp_path):
     from albert.metrics import write_eval_results
     from albert.tasks.weights import earlier_evaluation
