@@ -48,7 +48,7 @@ from albert import fileio
 from albert.errors import AlbertError
 from albert.export import check_export_dir, check_max_seq_length, same_rows, utf8_text
 from albert.export_qa_spans import best_span, doc_windows, first_best, max_context
-from albert.text_ops import InGraphTokenizer, _char_class, strip_accents
+from albert.text_ops import InGraphTokenizer, char_class, strip_accents
 from albert.tokenization import SPIECE_UNDERLINE, load_spm_model
 
 SERVING_SIGNATURE = "serving_default"
@@ -232,7 +232,7 @@ class _QuestionAnsweringServing(tf.Module):
         previous = tf.reduce_sum(tf.cast(is_char & (char_end < begin[:, None]), tf.int32), 1)
         after_previous = tf.where(begin > 0, with_silent(previous), -1) + 1  # [B]
         is_space = chars.with_flat_values(
-            tf.strings.regex_full_match(chars.flat_values, _char_class("space"))
+            tf.strings.regex_full_match(chars.flat_values, char_class("space"))
         ).to_tensor(False)  # [B, C]
         is_start = is_char & ~is_space & (positions >= after_previous[:, None])  # [B, C]
         first = tf.where(

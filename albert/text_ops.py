@@ -50,7 +50,7 @@ _graph_only = tf.autograph.experimental.do_not_convert
 
 
 @functools.cache
-def _char_class(kind: str) -> str:
+def char_class(kind: str) -> str:
     """A RE2 character class holding exactly the code points that Python puts in `kind`."""
     predicate = {
         "space": str.isspace,
@@ -82,7 +82,7 @@ def normalize_text(strings, do_lower_case=True):
         tf.string of the same shape: whitespace collapsed and stripped, NFKD with combining
         marks removed, lower-cased when asked.
     """
-    strings = tf.strings.regex_replace(strings, _char_class("space") + "+", " ")
+    strings = tf.strings.regex_replace(strings, char_class("space") + "+", " ")
     strings = tf.strings.regex_replace(strings, "^ | $", "")
     strings = strip_accents(strings)
     if do_lower_case:
@@ -95,7 +95,7 @@ def strip_accents(strings):
     """NFKD with combining marks removed: `preprocess_text`'s accent step alone (no
     whitespace or case change), so a lone decomposed accent ("\u0301") becomes ""."""
     strings = tf_text.normalize_utf8(strings, "NFKD")
-    return tf.strings.regex_replace(strings, _char_class("combining"), "")
+    return tf.strings.regex_replace(strings, char_class("combining"), "")
 
 
 def _lower(strings):
@@ -205,7 +205,7 @@ class InGraphTokenizer(tf.Module):
         """
         flat_ids = ids.flat_values  # [N]
         pieces = self._sp.id_to_string(flat_ids)  # [N]
-        matches = tf.strings.regex_full_match(pieces, f"(?s).*{_char_class('digit')},")
+        matches = tf.strings.regex_full_match(pieces, f"(?s).*{char_class('digit')},")
         matched = tf.where(matches)[:, 0]  # [M]
         unmatched = tf.where(tf.logical_not(matches))[:, 0]  # [N - M]
         new_ids, new_rows = self._reencode(tf.gather(pieces, matched))  # [R], [R] in [0, M)
