@@ -144,7 +144,9 @@ class InGraphTokenizer(tf.Module):
         self.do_lower_case = do_lower_case
         self.cls_id = sp_model.piece_to_id("[CLS]")
         self.sep_id = sp_model.piece_to_id("[SEP]")
-        self.pad_id = sp_model.pad_id() if sp_model.pad_id() >= 0 else 0
+        # 0, not the model's <pad> id: fine-tuning's features (and the original's) pad
+        # input_ids with 0 whatever id <pad> has.
+        self.pad_id = 0
         self._comma_id = sp_model.piece_to_id(",")
         # Per id: its tie class (-1: none) and its length in characters, for the tie order.
         classes = tie_classes(sp_model)
