@@ -187,6 +187,36 @@ def test_model_without_control_symbols_is_rejected(tmp_path):
         InGraphTokenizer(str(tmp_path / "missing.model"))
 
 
+def test_pack_pads_with_zero_whatever_the_pad_piece(tmp_path):
+    """Fine-tuning's features (`pack_segments`, as the original) pad `input_ids` with 0; a
+    model whose <pad> is another id once got that id in the served padding instead."""
+    import sentencepiece as spm
+
+    from albert.data.features import pack_segments
+
+    text = tmp_path / "text.txt"
+    text.write_text("the river flows to the sea\nthe sea is deep and wide\n" * 20)
+    prefix = str(tmp_path / "pad5")
+    spm.SentencePieceTrainer.train(
+        input=str(text),
+        model_prefix=prefix,
+        vocab_size=24,
+        unk_id=0,
+        pad_id=5,
+        control_symbols=["[CLS]", "[SEP]"],
+        minloglevel=2,
+    )
+    in_graph = InGraphTokenizer(prefix + ".model")
+    full = FullTokenizer(spm_model_file=prefix + ".model")
+    assert spm.SentencePieceProcessor(model_file=prefix + ".model").pad_id() == 5
+    texts = ["the sea", "deep river"]
+    packed = in_graph.pack([in_graph.tokenize(texts[:1]), in_graph.tokenize(texts[1:])], 24)
+    ids_a, ids_b = (python_ids(full, t) for t in texts)
+    expected = pack_segments(ids_a, ids_b, 24, in_graph.cls_id, in_graph.sep_id)
+    assert expected["input_mask"][-1] == 0  # There is padding to compare.
+    assert packed["input_ids"].numpy().tolist()[0] == expected["input_ids"]
+
+
 class _Serving(tf.Module):
     def __init__(self, tokenizer):
         super().__init__()

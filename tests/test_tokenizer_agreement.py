@@ -3,9 +3,12 @@
 The model is the tiny test model plus "66" (and "aa", "77"), so "666" has two best
 segmentations, `6 66` and `66 6`, of exactly equal score. Python sentencepiece and
 tensorflow-text break that tie differently; `canonical_tie_order` makes both `6 66`.
+Ties between pieces that do not commute ("828282") are a known gap, pinned at the end.
 """
 
+import math
 import struct
+from pathlib import Path
 
 import pytest
 import sentencepiece as spm
@@ -15,6 +18,8 @@ import tensorflow_text as tf_text
 from albert.text_ops import InGraphTokenizer
 from albert.tokenization import FullTokenizer, canonical_tie_order, encode_pieces, tie_classes
 from tests.helpers import train_tiny_spm
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tokenizer"
 
 # Scores chosen so that the raw libraries disagree (see test_raw_libraries_disagree).
 EXTRA_PIECES = [("66", -8.0), ("77", -7.9), ("aa", -9.1)]
@@ -136,3 +141,33 @@ def test_sampling_is_left_alone(tie_model):
     sp = spm.SentencePieceProcessor(model_file=tie_model)
     seen = {tuple(encode_pieces(sp, "666666", sample=True)) for _ in range(200)}
     assert ("▁", "66", "6", "6", "66") in seen or ("▁", "66", "66", "6", "6") in seen, seen
+
+
+# Equal-score permutations of pieces that do not commute ("8 282 82" / "82 8 282"): a known
+# gap (albert.text_ops docstring). In "x 828282 y" the two libraries happen to agree.
+PERMUTATION_TIES = ["828282", "3,3,3,"]
+
+
+@pytest.fixture(scope="module")
+def fixture_tokenizers():
+    model = str(FIXTURES / "tiny.model")
+    return FullTokenizer(spm_model_file=model), InGraphTokenizer(model)
+
+
+def test_permutation_ties_differ_only_in_order(fixture_tokenizers):
+    full, in_graph = fixture_tokenizers
+    sp = full.sp_model
+    graph_ids = in_graph.tokenize(tf.constant(PERMUTATION_TIES)).to_list()
+    for text, ids in zip(PERMUTATION_TIES, graph_ids, strict=True):
+        python = full.convert_tokens_to_ids(full.tokenize(text))
+        assert sorted(ids) == sorted(python), repr(text)  # The same pieces, so one score.
+        assert math.fsum(map(sp.get_score, ids)) == math.fsum(map(sp.get_score, python))
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: ties of non-commuting pieces (text_ops)")
+@pytest.mark.parametrize("text", PERMUTATION_TIES)
+def test_permutation_ties_agree(fixture_tokenizers, text):
+    full, in_graph = fixture_tokenizers
+    assert in_graph.tokenize(text).numpy().tolist() == full.convert_tokens_to_ids(
+        full.tokenize(text)
+    )
