@@ -237,7 +237,9 @@ def rename_folder(source: str, target: str) -> None:
 
     A local folder is one rename. Elsewhere the files are renamed one by one, as gs:// does
     itself (an object store has no folders to rename): ram://, and any filesystem that
-    renames only the folder's own entry, would leave the files under the old name.
+    renames only the folder's own entry, would leave the files under the old name. A failure
+    midway (a lost connection, a file already at the target) renames back the files already
+    moved and removes the folders made at `target`, so each folder is left as it was.
     """
     import tensorflow as tf
 
@@ -245,12 +247,40 @@ def rename_folder(source: str, target: str) -> None:
         tf.io.gfile.rename(source, target)
         return
     source, target = source.rstrip("/"), target.rstrip("/")
-    for folder, _, files in tf.io.gfile.walk(source):
-        destination = target + folder.rstrip("/")[len(source) :]
-        tf.io.gfile.makedirs(destination)
-        for name in files:
-            tf.io.gfile.rename(f"{folder.rstrip('/')}/{name}", f"{destination}/{name}")
-    tf.io.gfile.rmtree(source)
+    target_existed = tf.io.gfile.exists(target)
+    folders, moved = [], []  # the source's folders; (old name, new name) of each file moved
+    try:
+        for folder, _, files in tf.io.gfile.walk(source):
+            folder = folder.rstrip("/")
+            folders.append(folder)
+            destination = target + folder[len(source) :]
+            tf.io.gfile.makedirs(destination)
+            for name in files:
+                tf.io.gfile.rename(f"{folder}/{name}", f"{destination}/{name}")
+                moved.append((f"{folder}/{name}", f"{destination}/{name}"))
+        tf.io.gfile.rmtree(source)
+    except BaseException:
+        # Half moved, `source` would be neither folder, and the files at `target` would stop
+        # atomic_directory's rollback from renaming the old folder back over them.
+        _put_back(folders, moved, None if target_existed else target)
+        raise
+
+
+def _put_back(folders: list, moved: list, made: str | None) -> None:
+    """Undoes a `rename_folder` stopped midway: remakes `folders`, renames each of `moved`
+    back, then deletes `made` (the target, when the rename created it). Errors are ignored:
+    the rename's own error is the one to raise."""
+    import tensorflow as tf
+
+    for folder in folders:
+        with contextlib.suppress(Exception):
+            tf.io.gfile.makedirs(folder)
+    for old_name, new_name in reversed(moved):
+        with contextlib.suppress(Exception):
+            tf.io.gfile.rename(new_name, old_name)
+    if made:
+        with contextlib.suppress(Exception):
+            tf.io.gfile.rmtree(made)
 
 
 @contextlib.contextmanager

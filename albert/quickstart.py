@@ -239,10 +239,12 @@ def main(argv):
     del argv
     start = time.time()
     if is_remote(FLAGS.output_dir):  # abspath would make a local "gs:" folder of it
-        sys.exit(
+        print(
             f"quickstart: error: --output_dir must be a local folder, not {FLAGS.output_dir!r} "
-            "(the quickstart builds its corpus and vocabulary on this machine)."
+            "(the quickstart builds its corpus and vocabulary on this machine).",
+            file=sys.stderr,
         )
+        sys.exit(2)  # A usage error, as every entry point's.
     recipe = Recipe(num_train_steps=FLAGS.num_train_steps)
     out = os.path.abspath(FLAGS.output_dir)
     os.makedirs(out, exist_ok=True)

@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 
+from albert import fileio
 from albert.checkpoints.table import CheckpointError
 from albert.fileio import is_remote
 
@@ -81,7 +82,9 @@ def local_copies(folder: str, names):
         for name in names:
             copied = os.path.isfile(os.path.join(local, name))
             if not copied and tf.io.gfile.exists(f"{folder}/{name}"):
-                tf.io.gfile.copy(f"{folder}/{name}", os.path.join(local, name))
+                # Renamed when whole: a shared copy cut off midway is downloaded again.
+                with fileio.local_atomic_path(os.path.join(local, name)) as temporary:
+                    tf.io.gfile.copy(f"{folder}/{name}", temporary)
         with _naming(local, folder):
             yield local
     finally:
@@ -98,8 +101,6 @@ def written_locally(folder: str, names):
     A CheckpointError raised in the block names `folder`, not the local one.
     """
     import tensorflow as tf  # only for remote paths such as gs://
-
-    from albert import fileio
 
     folder = folder.rstrip("/")
     local = tempfile.mkdtemp(prefix="albert-checkpoint-")

@@ -136,7 +136,9 @@ def check_text_file(path: str, sniff_bytes: int = SNIFF_BYTES) -> None:
     # 64 KB "sentences" (or one sentence, skipped), and its documents never split. A file whose
     # line breaks are mostly lone CRs is one, even if it ends with a "\n"; stray CRs in text
     # broken at "\n" (web text), or one in a first line longer than the sample, end no line.
-    crs = head.rstrip(b"\r").replace(b"\r\n", b"").count(b"\r")  # not part of a CRLF
+    # CRs that end a line before its "\n" are not counted, as `read_lines` strips them: "\r\r\n"
+    # (CRLF text written again in Windows text mode) holds a CR outside any CRLF on every line.
+    crs = re.sub(b"\r+\n", b"\n", head).rstrip(b"\r").count(b"\r")
     lfs = head.count(b"\n")
     if (crs > 1 and crs > lfs) or (crs and not lfs and len(head) < sniff_bytes):
         raise CorpusError(

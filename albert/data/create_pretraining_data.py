@@ -33,6 +33,8 @@ with `albert.data.example_proto`.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
+import concurrent.futures.process
 import dataclasses
 import glob
 import hashlib
@@ -341,7 +343,8 @@ def _process_unit(task):
 class _UnitRunner:
     """Runs units in spawned worker processes (inline for one worker), results in task order.
 
-    Workers start here, before the main process imports TensorFlow, so they never carry it.
+    Workers are spawned (fresh interpreters): they never carry the TensorFlow that the main
+    process imports to write.
     """
 
     def __init__(self, config, num_workers, worker):
@@ -351,27 +354,43 @@ class _UnitRunner:
         if num_workers == 1:
             self.worker = worker
         else:
-            # Spawned, not forked: the parent may already run TensorFlow threads.
-            context = multiprocessing.get_context("spawn")
-            self.pool = context.Pool(num_workers, initializer=_init_worker, initargs=(config,))
+            # Spawned, not forked: the parent may already run TensorFlow threads. A process
+            # pool of concurrent.futures, not multiprocessing.Pool: a worker that dies (killed
+            # for memory) breaks it and fails the run, where a Pool replaced the worker, lost
+            # its unit and waited for that unit's result forever.
+            self.pool = concurrent.futures.ProcessPoolExecutor(
+                num_workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+                initargs=(config,),
+            )
 
     def results(self, tasks):
-        """Yields each task's result in task order; at most 2 tasks per worker in flight."""
+        """Yields each task's result in task order; at most 2 tasks per worker in flight.
+
+        Raises:
+            PretrainingDataError: a worker process ended during a unit.
+        """
         if self.worker is not None:
             yield from map(self.worker.process, tasks)
             return
         pending = collections.deque()
-        for task in tasks:
-            pending.append(self.pool.apply_async(_process_unit, (task,)))
-            if len(pending) >= 2 * self.num_workers:
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
+        try:
+            for task in tasks:
+                pending.append(self.pool.submit(_process_unit, task))
+                if len(pending) >= 2 * self.num_workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        except concurrent.futures.process.BrokenProcessPool:
+            raise PretrainingDataError(
+                "A worker process ended during a unit of work (killed, most often for lack of "
+                f"memory); pass a lower --num_workers (this run had {self.num_workers})."
+            ) from None
 
     def close(self):
         if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
+            self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
 
 

@@ -214,3 +214,28 @@ def test_a_runs_final_weights_export_to_a_remote_output_dir(tmp_path, monkeypatc
     load_checkpoint(loaded, remote)
     assert _max_abs_diff(loaded.weights, model.weights) == 0.0
     _no_local_scheme_folder(tmp_path)
+
+
+def test_a_download_that_failed_midway_is_not_reused(tmp_path, monkeypatch):
+    # Within shared_copies a file already in the local copy is not downloaded again: one cut
+    # off midway stayed there, truncated, and the next read of the folder took it as whole.
+    from albert.checkpoints import remote as remote_files
+
+    folder = f"ram://{tmp_path.name}-cut"
+    with tf.io.gfile.GFile(f"{folder}/w", "w") as f:
+        f.write("whole")
+    copy = tf.io.gfile.copy
+
+    def cut_off(source, target, overwrite=False):
+        with open(target, "w") as f:
+            f.write("wh")
+        raise tf.errors.UnavailableError(None, None, "connection reset")
+
+    with remote_files.shared_copies():
+        monkeypatch.setattr(tf.io.gfile, "copy", cut_off)
+        with pytest.raises(tf.errors.UnavailableError):
+            with remote_files.local_copies(folder, ["w"]):
+                pass
+        monkeypatch.setattr(tf.io.gfile, "copy", copy)
+        with remote_files.local_copies(folder, ["w"]) as local:
+            assert open(os.path.join(local, "w")).read() == "whole"

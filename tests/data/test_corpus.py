@@ -192,3 +192,20 @@ def test_cr_only_text_past_the_sample_is_counted(tmp_path):
     stats = CorpusStats()
     lines = list(read_lines(str(path), stats))
     assert stats.cr_lines == 1 and lines[-1] == "Last." and len(lines) == 26
+
+
+def test_double_cr_line_endings_with_a_stray_cr_are_read_not_refused(tmp_path):
+    # "\r\r\n" (CRLF text written again in Windows text mode) reads line by line: each line's
+    # first CR is not part of a CRLF, so one stray CR in web text made the lone CRs outnumber
+    # the LFs and the file was refused as CR-only.
+    path = tmp_path / "input.txt"
+    path.write_bytes(b"Web page one,\rscraped.\r\r\nSecond line.\r\r\n\r\r\nNext doc.\r\r\n")
+    check_text_file(str(path))
+    stats = CorpusStats()
+    assert list(read_lines(str(path), stats)) == [
+        "Web page one,\rscraped.",
+        "Second line.",
+        "",
+        "Next doc.",
+    ]
+    assert stats.cr_lines == 0

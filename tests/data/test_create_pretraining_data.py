@@ -211,6 +211,37 @@ def test_a_worker_that_cannot_start_fails_the_run_instead_of_hanging(tmp_path, c
     assert isinstance(outcome[0], TokenizerError) and "gone.model" in str(outcome[0])
 
 
+class _EndsTheWorker:
+    """Unpickled in a worker, ends its process at once, as the kernel's OOM killer does."""
+
+    def __reduce__(self):
+        return os._exit, (9,)
+
+
+def test_a_worker_killed_during_a_unit_fails_the_run_instead_of_hanging(tmp_path, spm_model):
+    # multiprocessing.Pool replaces a killed worker and loses its task: the run waited
+    # forever for that unit's result (a worker killed for memory, the commonest failure).
+    from albert.data.create_pretraining_data import PretrainingDataError, _UnitRunner
+
+    config = _config(str(tmp_path), spm_model, tmp_path / "out")
+    runner = _UnitRunner(config, num_workers=2, worker=None)
+    outcome = []
+
+    def first_result():
+        try:
+            outcome.append(next(runner.results([("a.txt", 0, _EndsTheWorker())])))
+        except Exception as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=first_result, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    runner.close()
+    assert not thread.is_alive(), "the run hung on a worker killed during a unit"
+    assert isinstance(outcome[0], PretrainingDataError)
+    assert "--num_workers" in str(outcome[0]) and "\n" not in str(outcome[0])
+
+
 def test_unit_seeds_differ_by_seed_file_and_position():
     seeds = {unit_seed(s, p, u) for s in (1, 2) for p in ("a", "b") for u in (0, 1)}
     assert len(seeds) == 8 and unit_seed(1, "a", 0) == unit_seed(1, "a", 0)

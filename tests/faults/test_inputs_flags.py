@@ -181,6 +181,8 @@ def test_the_quickstart_refuses_a_remote_output_dir(tmp_path, monkeypatch, capsy
             quickstart.main([])
     finally:
         flags.FLAGS.unparse_flags()
-    assert "--output_dir must be a local folder" in str(exit_info.value)
-    assert "\n" not in str(exit_info.value)
+    # Exit 2 with one line, as every entry point's usage error (sys.exit(text) gave 1).
+    stderr = capsys.readouterr().err
+    assert exit_info.value.code == 2 and stderr.count("\n") == 1
+    assert stderr.startswith("quickstart: error: --output_dir must be a local folder")
     assert list(tmp_path.iterdir()) == []

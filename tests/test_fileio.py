@@ -1,0 +1,117 @@
+"""`fileio.rename_folder` and `atomic_directory` on a non-local filesystem (ram:// standing in
+for gs://), where a folder is renamed file by file: nested and empty folders move whole, and
+a failure halfway leaves each folder where it was, whole."""
+
+import os
+
+import pytest
+import tensorflow as tf
+
+from albert import fileio
+
+
+def _write(path, text):
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write(text)
+
+
+def _tree(root):
+    """Relative name -> text of every file under `root`; relative name/ for every folder."""
+    tree = {}
+    for folder, folders, files in tf.io.gfile.walk(root):
+        relative = folder.rstrip("/")[len(root) :]
+        tree.update({f"{relative}/{name.rstrip('/')}/": None for name in folders})
+        for name in files:
+            tree[f"{relative}/{name}"] = tf.io.gfile.GFile(f"{folder}/{name}").read()
+    return tree
+
+
+@pytest.fixture
+def root(tmp_path):
+    root = f"ram://fileio-{os.getpid()}-{tmp_path.name}"
+    yield root
+    if tf.io.gfile.exists(root):
+        tf.io.gfile.rmtree(root)
+
+
+def _saved_model(folder, version):
+    _write(f"{folder}/saved_model.pb", f"graph {version}")
+    _write(f"{folder}/variables/variables.index", f"index {version}")
+    _write(f"{folder}/variables/variables.data-00000-of-00001", f"data {version}")
+    tf.io.gfile.makedirs(f"{folder}/assets")
+
+
+def test_a_remote_folder_moves_whole_with_its_nested_and_empty_folders(root):
+    _saved_model(f"{root}/a", "old")
+    before = _tree(f"{root}/a")
+    fileio.rename_folder(f"{root}/a/", f"{root}/b/")
+    assert _tree(f"{root}/b") == before and "/assets/" in before
+    assert not tf.io.gfile.exists(f"{root}/a")
+
+
+def _failing_rename(monkeypatch, fails_at):
+    """Makes the `fails_at`-th file rename (counting from 1) fail, as a lost connection."""
+    rename, calls = tf.io.gfile.rename, []
+
+    def failing(source, target, overwrite=False):
+        calls.append(source)
+        if len(calls) == fails_at:
+            raise tf.errors.UnavailableError(None, None, "storage went away")
+        return rename(source, target, overwrite)
+
+    monkeypatch.setattr(tf.io.gfile, "rename", failing)
+
+
+@pytest.mark.parametrize("fails_at", [2, 3])
+def test_a_folder_rename_failing_halfway_leaves_the_folder_whole(root, monkeypatch, fails_at):
+    _saved_model(f"{root}/a", "old")
+    before = _tree(f"{root}/a")
+    _failing_rename(monkeypatch, fails_at)
+    with pytest.raises(tf.errors.UnavailableError):
+        fileio.rename_folder(f"{root}/a", f"{root}/b")
+    assert _tree(f"{root}/a") == before
+    assert tf.io.gfile.listdir(root) == ["a"]
+
+
+# The old SavedModel's 3 files move aside (renames 1-3), then the new one's 3 into place (4-6).
+@pytest.mark.parametrize("fails_at", [2, 5, 6])
+def test_an_export_failing_halfway_leaves_the_old_saved_model_whole(root, monkeypatch, fails_at):
+    # Moved aside or into place file by file, a failure after the first file left `path`
+    # half old (failing aside), or half new and half old (failing into place: the old files
+    # could not go back over the new ones), and the new files still aside were deleted.
+    _saved_model(f"{root}/serving", "old")
+    before = _tree(f"{root}/serving")
+    _failing_rename(monkeypatch, fails_at)
+    with pytest.raises(tf.errors.UnavailableError):
+        with fileio.atomic_directory(f"{root}/serving") as temporary:
+            _saved_model(temporary, "new")
+    assert _tree(f"{root}/serving") == before
+    assert tf.io.gfile.listdir(root) == ["serving"]
+
+
+def test_an_export_replaces_a_remote_folder_whole(root):
+    _saved_model(f"{root}/serving", "old")
+    with fileio.atomic_directory(f"{root}/serving/") as temporary:
+        _saved_model(temporary, "new")
+    tree = _tree(f"{root}/serving")
+    assert tree["/saved_model.pb"] == "graph new" and "/assets/" in tree
+    assert tf.io.gfile.listdir(root) == ["serving"]
+
+
+def test_a_local_folder_is_replaced_in_two_renames(tmp_path, monkeypatch):
+    # Aside and into place, each one rename of the whole folder: never file by file.
+    serving = tmp_path / "serving"
+    _saved_model(str(serving), "old")
+    rename, renamed = tf.io.gfile.rename, []
+
+    def counting(source, target, overwrite=False):
+        renamed.append(source)
+        return rename(source, target, overwrite)
+
+    monkeypatch.setattr(tf.io.gfile, "rename", counting)
+    with fileio.atomic_directory(f"{serving}/") as temporary:
+        _saved_model(temporary, "new")
+    assert len(renamed) == 2 and renamed[0].rstrip("/") == str(serving)
+    assert (serving / "saved_model.pb").read_text() == "graph new"
+    assert os.listdir(tmp_path) == ["serving"]
