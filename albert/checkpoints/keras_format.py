@@ -186,6 +186,8 @@ def _load_weights(model, file: str) -> None:
             f"{file} was not saved from a {type(model).__name__} ({first_line}); load it into "
             "the class that saved it."
         ) from None
+    except OSError as e:  # truncated (a copy cut off) or not HDF5: one line, not h5py's
+        raise CheckpointError(f"Cannot read the Keras weights {file}: {e}") from None
 
 
 def save(model, directory: str) -> str:

@@ -122,10 +122,31 @@ def renamed(result, local: str, folder: str):
     return dataclasses.replace(result, path=result.path.replace(local, folder.rstrip("/"), 1))
 
 
+class _RenamingFilter:
+    """A logging filter that writes `folder` where a record names the local copy `local`."""
+
+    def __init__(self, local: str, folder: str):
+        self.local, self.folder = local, folder
+
+    def filter(self, record):
+        message = record.getMessage()
+        if self.local in message:
+            record.msg, record.args = message.replace(self.local, self.folder), None
+        return True
+
+
 @contextlib.contextmanager
 def _naming(local: str, folder: str):
-    """Re-raises a CheckpointError of the block with `local` replaced by `folder`."""
+    """Re-raises a CheckpointError of the block, and rewrites its absl log lines ("holds no
+    pooler"), with `local` replaced by `folder`: the user named the remote folder."""
+    from absl import logging
+
+    logger = logging.get_absl_logger()
+    renaming = _RenamingFilter(local, folder)
+    logger.addFilter(renaming)
     try:
         yield
     except CheckpointError as e:
         raise type(e)(str(e).replace(local, folder)) from None
+    finally:
+        logger.removeFilter(renaming)

@@ -117,8 +117,11 @@ def _stored_shapes(path: str, format_name: str) -> dict:
             with remote.local_copies(folder, (name,)) as local:
                 return _stored_shapes(os.path.join(local, name), format_name)
         shapes = {}
-        with h5py.File(file, "r") as f:
-            f.visititems(lambda name, item: shapes.update({name: getattr(item, "shape", ())}))
+        try:
+            with h5py.File(file, "r") as f:
+                f.visititems(lambda name, item: shapes.update({name: getattr(item, "shape", ())}))
+        except OSError as e:  # truncated (a copy cut off) or not HDF5: one line, not h5py's
+            raise CheckpointError(f"Cannot read the Keras weights {file}: {e}") from None
         return shapes
     if format_name == "tf1":
         from albert.checkpoints import tf1

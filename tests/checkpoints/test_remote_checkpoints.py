@@ -239,3 +239,51 @@ def test_a_download_that_failed_midway_is_not_reused(tmp_path, monkeypatch):
         monkeypatch.setattr(tf.io.gfile, "copy", copy)
         with remote_files.local_copies(folder, ["w"]) as local:
             assert open(os.path.join(local, "w")).read() == "whole"
+
+
+def test_a_remote_files_warnings_name_it_not_its_local_copy(tmp_path, absl_caplog):
+    # HF's AlbertForMaskedLM saves no pooler: the warning named the local temporary copy
+    # (/tmp/albert-checkpoint-.../model.safetensors), a path the user never gave.
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    from albert.modeling import AlbertBackbone
+
+    local = tmp_path / "hf"
+    shutil.copytree(HF_FIXTURE, local)
+    tensors = load_file(str(local / hf.WEIGHTS_FILE))
+    del tensors["albert.pooler.weight"], tensors["albert.pooler.bias"]
+    save_file(tensors, str(local / hf.WEIGHTS_FILE), metadata={"format": "pt"})
+    remote = _copy_up(str(local), f"ram://{tmp_path.name}-nopooler")
+    load_checkpoint(AlbertBackbone(read_config(remote)), remote)
+    [warning] = [r.getMessage() for r in absl_caplog.records if "holds no pooler" in r.getMessage()]
+    assert warning.startswith(f"{remote}/{hf.WEIGHTS_FILE} holds no pooler")
+    assert "albert-checkpoint-" not in absl_caplog.text
+
+
+def _same_class(model_class):
+    if model_class is AlbertClassifier:
+        return AlbertClassifier(tiny_config(), num_labels=3)
+    return AlbertPretrainer(tiny_config())
+
+
+@pytest.mark.parametrize("where", ["local", "remote"])
+@pytest.mark.parametrize("model_class", [AlbertClassifier, AlbertPretrainer])
+def test_a_truncated_keras_weights_file_is_one_line(tmp_path, where, model_class):
+    # h5py's OSError ("truncated file: eof = ...") came out as a traceback.
+    model = randomize(_same_class(model_class))
+    folder = tmp_path / "keras"
+    save_checkpoint(model, str(folder), "keras")
+    [weights] = [p for p in folder.iterdir() if p.name.endswith(".weights.h5")]
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    path = str(folder) if where == "local" else _copy_up(str(folder), f"ram://{tmp_path.name}-cut")
+    from albert.convert_checkpoint import convert
+
+    task = "mnli" if model_class is AlbertClassifier else None
+    with pytest.raises(CheckpointError, match="Cannot read the Keras weights") as error:
+        convert(path, str(tmp_path / "out"), "hf", task_name=task)
+    assert "\n" not in str(error.value) and "albert-checkpoint-" not in str(error.value)
+    with pytest.raises(CheckpointError, match="Cannot read the Keras weights") as error:
+        load_checkpoint(_same_class(model_class), path)  # as --init_checkpoint loads it
+    assert "\n" not in str(error.value) and "albert-checkpoint-" not in str(error.value)
