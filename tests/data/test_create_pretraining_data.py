@@ -190,15 +190,22 @@ def test_a_worker_that_cannot_start_fails_the_run_instead_of_hanging(tmp_path, c
     # The parent builds its own worker first, so a bad model file fails there; but a model
     # that goes away (or a worker that runs out of memory) after that used to hang the run:
     # the pool re-spawned the failing initializer forever and the first result never came.
-    from albert.data.create_pretraining_data import _UnitRunner
 
     config = _config(corpus_dir, str(tmp_path / "gone.model"), tmp_path / "out")
+    outcome = _first_result_of_two_workers(config, ("a.txt", 0, [["One.", "Two.", "Three."]]))
+    assert isinstance(outcome, TokenizerError) and "gone.model" in str(outcome)
+
+
+def _first_result_of_two_workers(config, task):
+    """The first result (or error) of `task` run on 2 worker processes; fails the test when
+    none comes within 60 s (the run hangs)."""
+    from albert.data.create_pretraining_data import _UnitRunner
+
     runner = _UnitRunner(config, num_workers=2, worker=None)
     outcome = []
 
     def first_result():
         try:
-            task = ("a.txt", 0, [["One.", "Two.", "Three."]])
             outcome.append(next(runner.results([task])))
         except Exception as error:
             outcome.append(error)
@@ -207,8 +214,8 @@ def test_a_worker_that_cannot_start_fails_the_run_instead_of_hanging(tmp_path, c
     thread.start()
     thread.join(timeout=60)
     runner.close()
-    assert not thread.is_alive(), "the run hung on a worker that cannot start"
-    assert isinstance(outcome[0], TokenizerError) and "gone.model" in str(outcome[0])
+    assert not thread.is_alive(), "the run hung"
+    return outcome[0]
 
 
 class _EndsTheWorker:
@@ -221,25 +228,12 @@ class _EndsTheWorker:
 def test_a_worker_killed_during_a_unit_fails_the_run_instead_of_hanging(tmp_path, spm_model):
     # multiprocessing.Pool replaces a killed worker and loses its task: the run waited
     # forever for that unit's result (a worker killed for memory, the commonest failure).
-    from albert.data.create_pretraining_data import PretrainingDataError, _UnitRunner
+    from albert.data.create_pretraining_data import PretrainingDataError
 
     config = _config(str(tmp_path), spm_model, tmp_path / "out")
-    runner = _UnitRunner(config, num_workers=2, worker=None)
-    outcome = []
-
-    def first_result():
-        try:
-            outcome.append(next(runner.results([("a.txt", 0, _EndsTheWorker())])))
-        except Exception as error:
-            outcome.append(error)
-
-    thread = threading.Thread(target=first_result, daemon=True)
-    thread.start()
-    thread.join(timeout=60)
-    runner.close()
-    assert not thread.is_alive(), "the run hung on a worker killed during a unit"
-    assert isinstance(outcome[0], PretrainingDataError)
-    assert "--num_workers" in str(outcome[0]) and "\n" not in str(outcome[0])
+    outcome = _first_result_of_two_workers(config, ("a.txt", 0, _EndsTheWorker()))
+    assert isinstance(outcome, PretrainingDataError)
+    assert "--num_workers" in str(outcome) and "\n" not in str(outcome)
 
 
 def test_unit_seeds_differ_by_seed_file_and_position():
