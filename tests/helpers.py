@@ -1,7 +1,10 @@
 """Helpers shared by tests: a tiny ALBERT config, a tiny SentencePiece model trained with the
 project's own code, free ports, summary tags, the original optimizers' update in numpy."""
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -161,3 +164,19 @@ def write_training_checkpoint(model, directory, step, max_to_keep=3):
         str(directory), str(directory), model, optimizer, global_step, max_to_keep
     )
     return saver.save(step)
+
+
+def run_without_albert(script, *args, cwd):
+    """Runs the Python `script` with `args` in a fresh process that can import TensorFlow and
+    tensorflow-text but not this project (no PATH, run outside the clone), as a serving
+    machine loads a SavedModel; returns the JSON object its last output line prints."""
+    result = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": ""},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -3,8 +3,6 @@ and tensorflow-text, they give the Keras model's outputs on the same text."""
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +15,7 @@ from albert.export import _ClassifierServing, export_classifier
 from albert.modeling import AlbertBackbone, AlbertClassifier
 from albert.text_ops import InGraphTokenizer
 from albert.tokenization import FullTokenizer
-from tests.helpers import tiny_config
+from tests.helpers import run_without_albert, tiny_config
 
 TESTS = Path(__file__).resolve().parent
 SPM_MODEL = str(TESTS / "fixtures" / "tokenizer" / "tiny.model")
@@ -95,24 +93,14 @@ def test_exported_models_match_keras_in_a_fresh_process(tmp_path):
         str(tmp_path / "single"),
         sentence_pair=False,
     )
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _LOAD_SCRIPT,
-            str(tmp_path / "pair"),
-            str(tmp_path / "single"),
-            json.dumps(SENTENCES_A),
-            json.dumps(SENTENCES_B),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    out = run_without_albert(
+        _LOAD_SCRIPT,
+        str(tmp_path / "pair"),
+        str(tmp_path / "single"),
+        json.dumps(SENTENCES_A),
+        json.dumps(SENTENCES_B),
         cwd=tmp_path,
-        env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": ""},
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads(result.stdout.strip().splitlines()[-1])
     assert not out["albert_imported"]
     assert out["pair_inputs"] == ["sentence_a", "sentence_b"]
     assert out["single_inputs"] == ["sentence_a"]

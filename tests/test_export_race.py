@@ -2,8 +2,6 @@
 features, served as the Keras model predicts, also in a fresh process without `albert`."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +17,7 @@ from albert.export_race import (
 from albert.modeling import AlbertBackbone, AlbertMultipleChoice
 from albert.text_ops import InGraphTokenizer
 from albert.tokenization import FullTokenizer
-from tests.helpers import tiny_config
+from tests.helpers import run_without_albert, tiny_config
 
 SPM_MODEL = str(Path(__file__).resolve().parent / "fixtures" / "tokenizer" / "tiny.model")
 MAX_SEQ_LENGTH = 23
@@ -222,16 +220,7 @@ def test_the_saved_model_serves_in_a_fresh_process(tmp_path, model):
     export_dir = str(tmp_path / "race")
     export_multiple_choice(model, SPM_MODEL, True, MAX_SEQ_LENGTH, MAX_QA_LENGTH, export_dir)
     examples = [[e.article, e.question, e.options] for e in EXAMPLES]
-    result = subprocess.run(
-        [sys.executable, "-c", _LOAD_SCRIPT, export_dir, json.dumps(examples)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": ""},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+    out = run_without_albert(_LOAD_SCRIPT, export_dir, json.dumps(examples), cwd=tmp_path)
     assert not out["albert_imported"]
     assert out["inputs"] == ["article", "options", "question"]
     probabilities = _keras_probabilities(model, EXAMPLES)
