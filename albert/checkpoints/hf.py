@@ -377,6 +377,23 @@ def check_group_mapping(config: AlbertConfig, source: str) -> None:
             )
 
 
+def check_hf_runs(config: AlbertConfig, source: str) -> None:
+    """Raises CheckpointError where HF's model cannot run `config` (checked on export only).
+
+    HF's AlbertTransformer hands each group's inner layers int(L / G) entries of its per-layer
+    head mask, so with inner_group_num > int(L / G) (e.g. L = 6, G = 3, inner_group_num = 3)
+    every forward pass of HF's model (transformers 4.57) raises IndexError, though it loads.
+    """
+    layers, groups = config.num_hidden_layers, config.num_hidden_groups
+    if config.inner_group_num > layers // groups:
+        raise CheckpointError(
+            f"{source}: with num_hidden_layers={layers}, num_hidden_groups={groups} and "
+            f"inner_group_num={config.inner_group_num}, HF's model loads but cannot run (it "
+            f"indexes {layers // groups} head-mask entries per group, not "
+            f"{config.inner_group_num}); use the tf1 or keras format."
+        )
+
+
 _POOLER = ("albert.pooler.weight", "albert.pooler.bias")
 # HF's fine-tuning heads' names (AlbertForTokenClassification's too, which holds `classifier`).
 _TASK_HEADS = set().union(*HF_TABLE.task_heads.values())
@@ -482,6 +499,7 @@ def save(model, directory: str, labels=None, problem_type=None) -> str:
     task_keys = hf_heads.task_config(model, task_architecture, labels, problem_type)  # may raise
     # Raises, before anything is written, for a sharing HF names or HF's model cannot hold.
     check_group_mapping(exportable_config(config), directory)
+    check_hf_runs(exportable_config(config), directory)
     masked_lm_only = bound[MASKED_LM] and not bound[SENTENCE_ORDER] and not task_architecture
     if task_architecture == "AlbertForQuestionAnswering" or (
         masked_lm_only and not getattr(model, "pooler_loaded", True)

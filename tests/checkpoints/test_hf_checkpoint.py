@@ -175,6 +175,24 @@ def test_group_counts_whose_layer_mapping_differs_in_hf_are_refused(tmp_path):
         load_checkpoint(AlbertBackbone(config), path)
 
 
+def test_more_inner_layers_than_hf_runs_per_group_are_refused_on_export(tmp_path):
+    # HF runs group g's inner layers with int(L / G) head-mask entries: 3 inner layers with
+    # L / G = 2 raise IndexError in HF's forward pass (transformers 4.57); 2 run.
+    config = tiny_config(num_hidden_layers=6, num_hidden_groups=3, inner_group_num=3)
+    with pytest.raises(CheckpointError, match="inner_group_num=3, HF's model loads but cannot"):
+        save_checkpoint(AlbertBackbone(config), str(tmp_path / "out"), "hf")
+    assert not (tmp_path / "out").exists()
+    # not_shared is written as G = L groups, so one inner layer each.
+    one_per_layer = config.replace(
+        num_hidden_groups=1, inner_group_num=2, layer_sharing="not_shared"
+    )
+    with pytest.raises(CheckpointError, match="num_hidden_groups=6 and inner_group_num=2"):
+        save_checkpoint(AlbertBackbone(one_per_layer), str(tmp_path / "out"), "hf")
+    fitting = config.replace(inner_group_num=2)
+    save_checkpoint(AlbertBackbone(fitting), str(tmp_path / "fits"), "hf")
+    assert read_config(str(tmp_path / "fits")).inner_group_num == 2
+
+
 def test_any_other_unmatched_name_is_an_error(tmp_path):
     def add_extra(tensors):
         tensors["albert.encoder.extra.weight"] = np.zeros(3, np.float32)
@@ -239,13 +257,16 @@ def test_backbone_export_and_hf_base_model_names(tmp_path):
 
 
 def test_not_shared_is_exported_as_one_group_per_layer(tmp_path):
-    config = tiny_config(num_hidden_layers=3, num_hidden_groups=1, layer_sharing="not_shared")
+    # One inner layer per group: HF runs no more than L / G of them (see the test above).
+    config = tiny_config(
+        num_hidden_layers=3, num_hidden_groups=1, inner_group_num=1, layer_sharing="not_shared"
+    )
     model = randomize(AlbertPretrainer(config))
     save_checkpoint(model, str(tmp_path), "hf")
     with open(tmp_path / "config.json") as f:
         assert json.load(f)["num_hidden_groups"] == 3
     names = load_file(str(tmp_path / WEIGHTS))
-    assert "albert.encoder.albert_layer_groups.2.albert_layers.1.ffn.weight" in names
+    assert "albert.encoder.albert_layer_groups.2.albert_layers.0.ffn.weight" in names
     again = AlbertPretrainer(config)
     load_checkpoint(again, str(tmp_path))
     for a, b in zip(model.weights, again.weights, strict=True):
