@@ -37,7 +37,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from albert import fileio
-from albert.data.race import ANSWER_LETTERS, NUM_CHOICES, RaceDataError
+from albert.data.race import ANSWER_LETTERS, NUM_CHOICES, check_max_qa_length
 from albert.export import (
     SERVING_SIGNATURE,
     check_export_dir,
@@ -172,11 +172,7 @@ def export_multiple_choice(
         albert.tokenization.TokenizerError: the SentencePiece model cannot be read.
     """
     check_export_dir(export_dir)
-    if not 1 <= max_qa_length <= max_seq_length - 3:
-        raise RaceDataError(
-            f"max_qa_length={max_qa_length} must be between 1 and max_seq_length - 3 = "
-            f"{max_seq_length - 3} (3 special tokens)."
-        )
+    check_max_qa_length(max_qa_length, max_seq_length)
     check_max_seq_length(model, max_seq_length)
     tokenizer = InGraphTokenizer(spm_model_file, do_lower_case=do_lower_case)
     module = _MultipleChoiceServing(model, tokenizer, max_seq_length, max_qa_length)

@@ -223,6 +223,16 @@ def question_with_option(question: str, option: str) -> str:
     return f"{question} {option}"
 
 
+def check_max_qa_length(max_qa_length: int, max_seq_length: int) -> None:
+    """Raises RaceDataError when question+option's `max_qa_length` tokens leave no room for
+    the 3 special tokens in `max_seq_length` (or is not positive)."""
+    if max_qa_length < 1 or max_qa_length > max_seq_length - 3:
+        raise RaceDataError(
+            f"--max_qa_length={max_qa_length} must be between 1 and --max_seq_length - 3 = "
+            f"{max_seq_length - 3} (3 special tokens)."
+        )
+
+
 def convert_examples_to_features(examples, tokenizer, max_seq_length=512, max_qa_length=128):
     """Packs every choice of every example.
 
@@ -239,11 +249,7 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=512, max_qa
     Raises:
         RaceDataError: max_qa_length leaves no room for the special tokens.
     """
-    if max_qa_length < 1 or max_qa_length > max_seq_length - 3:
-        raise RaceDataError(
-            f"--max_qa_length={max_qa_length} must be between 1 and --max_seq_length - 3 = "
-            f"{max_seq_length - 3} (3 special tokens)."
-        )
+    check_max_qa_length(max_qa_length, max_seq_length)
     cls_id, sep_id = feature_lib.special_token_ids(tokenizer)
     features, cached_article = [], (None, None)
     progress = Progress("RACE: tokenized", len(examples), "questions")  # 88k: minutes
