@@ -21,6 +21,8 @@ sentence naming the file and what to do:
     InvalidArgumentError "Bad pretraining record: ..."
                                              a masked position, segment id, label or
                                              weight the model cannot use
+    ResourceExhaustedError "OOM when allocating", "Out of memory while trying to allocate"
+                                             the device (or XLA on it) ran out of memory
     UnavailableError "Collective ops is aborted"
                                              another worker of a multi-worker run died or
                                              became unreachable (every worker must restart)
@@ -50,6 +52,9 @@ _BAD_RECORD = re.compile(r"Bad pretraining record: (.*?)\](?:\s|$)")
 _UNPARSABLE = re.compile(r"Name: [^,\n]*, ((?:Key|Feature): [^\n]*)")
 # A collective (a step's all-reduce, a barrier) that a dead or unreachable worker broke off.
 _PEER_LOST = "Collective ops is aborted"
+# The allocator's "OOM when allocating tensor with shape[...]" and XLA's "Out of memory while
+# trying to allocate 4.00GiB." (a ResourceExhaustedError can also be a quota, which these are not).
+_OUT_OF_MEMORY = re.compile(r"\bOOM when allocating|\bout of memory\b", re.IGNORECASE)
 # tf.gather / embedding lookup: "indices[3,5] = 1200 is not in [0, 1000)".
 _OUT_OF_RANGE = re.compile(r"indices\[[\d,]*\] = (-?\d+) is not in \[0, (\d+)\)")
 
@@ -162,6 +167,17 @@ def describe_failure(exception: BaseException) -> str | None:
             f"Lost contact with another worker of the cluster ({detail}): a worker "
             "stopped or its host became unreachable. Stop every worker still running, then "
             "rerun the same command on each: training resumes from the last checkpoint."
+        )
+    if _class_named(exception, "ResourceExhaustedError") and _OUT_OF_MEMORY.search(text):
+        # ALBERT shares its layers' weights, not their activations: a base model needs BERT-base's
+        # activation memory, the most common surprise of its users.
+        detail = _first_line(text).split(" by allocator ")[0].rstrip(". ")
+        return (
+            f"The device ran out of memory ({detail}). ALBERT's activations are as large as "
+            "BERT's of the same hidden size, whatever its parameter count: lower the batch of "
+            "the phase that failed (--train_batch_size, --eval_batch_size, "
+            "--predict_batch_size) or --max_seq_length, keep the global training batch with "
+            "--gradient_accumulation_steps, or use --mixed_precision=bfloat16."
         )
     found = _OUT_OF_RANGE.search(text)
     if _class_named(exception, "InvalidArgumentError") and found:

@@ -148,6 +148,35 @@ def test_ids_beyond_the_vocabulary():
     )
 
 
+def _real_out_of_memory(jit_compile):
+    """What TensorFlow raises for a 4 TiB tensor: the allocator's "OOM when allocating tensor
+    with shape[...]", or XLA's "Out of memory while trying to allocate 4.00TiB."."""
+
+    @tf.function(jit_compile=jit_compile)
+    def fill(n):
+        return tf.zeros([n, 2**20]) + 1.0
+
+    with pytest.raises(tf.errors.ResourceExhaustedError) as caught:
+        fill(tf.constant(2**20)) if jit_compile else tf.zeros([2**40])
+    return caught.value
+
+
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["allocator", "xla"])
+def test_out_of_memory_says_which_flags_shrink_it(jit_compile):
+    message = describe_failure(_real_out_of_memory(jit_compile))
+    assert message.startswith("The device ran out of memory (")
+    assert "OOM when allocating tensor with shape[1099511627776]" in message or (
+        "Out of memory while trying to allocate 4.00TiB" in message
+    )
+    assert "--gradient_accumulation_steps" in message and "--train_batch_size" in message
+    assert "\n" not in message and "function_node" not in message and "allocator" not in message
+
+
+def test_a_resource_quota_is_not_called_out_of_memory():
+    quota = tf.errors.ResourceExhaustedError(None, None, "Quota exceeded for quota metric")
+    assert describe_failure(quota) is None
+
+
 # What a surviving MultiWorkerMirroredStrategy worker raised when the other one was SIGKILLed
 # mid-run (in a step, a checkpoint barrier, an evaluation): ~100 lines of traceback before.
 _PEER_LOST_ERRORS = [
