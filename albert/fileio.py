@@ -235,15 +235,16 @@ def is_replaceable(path: str, marker: str) -> bool:
 def rename_folder(source: str, target: str) -> None:
     """Renames a folder and everything in it.
 
-    A local folder is one rename. Elsewhere the files are renamed one by one, as gs:// does
-    itself (an object store has no folders to rename): ram://, and any filesystem that
-    renames only the folder's own entry, would leave the files under the old name. A failure
-    midway (a lost connection, Ctrl-C, a file already at the target) renames back the files
-    moved and removes the folders made at `target`, so each folder is left as it was.
+    A local folder (a path or a file:// URL) is one rename. Elsewhere the files are renamed
+    one by one, as gs:// does itself (an object store has no folders to rename): ram://, and
+    any filesystem that renames only the folder's own entry, would leave the files under the
+    old name. A failure midway (a lost connection, Ctrl-C, a file already at the target)
+    renames back the files moved and removes the folders made at `target`, so each folder is
+    left as it was.
     """
     import tensorflow as tf
 
-    if not is_remote(source):
+    if not is_remote(source) or source.startswith("file://"):  # file://: the local disk
         tf.io.gfile.rename(source, target)
         return
     source, target = source.rstrip("/"), target.rstrip("/")

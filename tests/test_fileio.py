@@ -120,8 +120,10 @@ def test_an_export_replaces_a_remote_folder_whole(root):
     assert tf.io.gfile.listdir(root) == ["serving"]
 
 
-def test_a_local_folder_is_replaced_in_two_renames(tmp_path, monkeypatch):
-    # Aside and into place, each one rename of the whole folder: never file by file.
+@pytest.mark.parametrize("scheme", ["", "file://"])
+def test_a_local_folder_is_replaced_in_two_renames(tmp_path, monkeypatch, scheme):
+    # Aside and into place, each one rename of the whole folder: never file by file, also
+    # when the path is a file:// URL (tf.io.gfile's local filesystem).
     serving = tmp_path / "serving"
     _saved_model(str(serving), "old")
     rename, renamed = tf.io.gfile.rename, []
@@ -131,8 +133,8 @@ def test_a_local_folder_is_replaced_in_two_renames(tmp_path, monkeypatch):
         return rename(source, target, overwrite)
 
     monkeypatch.setattr(tf.io.gfile, "rename", counting)
-    with fileio.atomic_directory(f"{serving}/") as temporary:
+    with fileio.atomic_directory(f"{scheme}{serving}/") as temporary:
         _saved_model(temporary, "new")
-    assert len(renamed) == 2 and renamed[0].rstrip("/") == str(serving)
+    assert len(renamed) == 2 and renamed[0].rstrip("/") == f"{scheme}{serving}"
     assert (serving / "saved_model.pb").read_text() == "graph new"
     assert os.listdir(tmp_path) == ["serving"]
