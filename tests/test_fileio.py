@@ -95,6 +95,18 @@ def test_a_file_moved_before_ctrl_c_is_put_back_too(root, monkeypatch, interrupt
     assert tf.io.gfile.listdir(root) == ["a"]
 
 
+def test_a_file_already_at_the_target_stops_the_rename_and_stays(root):
+    # Putting back the file whose rename failed must not take the target's own file.
+    _saved_model(f"{root}/a", "old")
+    _write(f"{root}/b/variables/variables.index", "the target's own")
+    before = _tree(f"{root}/a")
+    with pytest.raises(tf.errors.AlreadyExistsError):
+        fileio.rename_folder(f"{root}/a", f"{root}/b")
+    assert _tree(f"{root}/a") == before
+    files = {name: text for name, text in _tree(f"{root}/b").items() if text is not None}
+    assert files == {"/variables/variables.index": "the target's own"}
+
+
 # The old SavedModel's 3 files move aside (renames 1-3), then the new one's 3 into place (4-6).
 @pytest.mark.parametrize("fails_at", [2, 5, 6])
 def test_an_export_failing_halfway_leaves_the_old_saved_model_whole(root, monkeypatch, fails_at):
