@@ -235,15 +235,16 @@ def is_replaceable(path: str, marker: str) -> bool:
 def rename_folder(source: str, target: str) -> None:
     """Renames a folder and everything in it.
 
-    A local folder is one rename. Elsewhere the files are renamed one by one, as gs:// does
-    itself (an object store has no folders to rename): ram://, and any filesystem that
-    renames only the folder's own entry, would leave the files under the old name. A failure
-    midway (a lost connection, a file already at the target) renames back the files already
-    moved and removes the folders made at `target`, so each folder is left as it was.
+    A local folder (a path or a file:// URL) is one rename. Elsewhere the files are renamed
+    one by one, as gs:// does itself (an object store has no folders to rename): ram://, and
+    any filesystem that renames only the folder's own entry, would leave the files under the
+    old name. A failure midway (a lost connection, Ctrl-C, a file already at the target)
+    renames back the files moved and removes the folders made at `target`, so each folder is
+    left as it was.
     """
     import tensorflow as tf
 
-    if not is_remote(source):
+    if not is_remote(source) or source.startswith("file://"):  # file://: the local disk
         tf.io.gfile.rename(source, target)
         return
     source, target = source.rstrip("/"), target.rstrip("/")
@@ -256,8 +257,11 @@ def rename_folder(source: str, target: str) -> None:
             destination = target + folder[len(source) :]
             tf.io.gfile.makedirs(destination)
             for name in files:
-                tf.io.gfile.rename(f"{folder}/{name}", f"{destination}/{name}")
+                # Listed before the call: a Ctrl-C during it (a large file on gs://) is raised
+                # once the rename is done, and so is a lost reply; putting back a file that
+                # did not move fails harmlessly (nothing at the new name, or the old one taken).
                 moved.append((f"{folder}/{name}", f"{destination}/{name}"))
+                tf.io.gfile.rename(f"{folder}/{name}", f"{destination}/{name}")
         tf.io.gfile.rmtree(source)
     except BaseException:
         # Half moved, `source` would be neither folder, and the files at `target` would stop

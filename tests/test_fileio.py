@@ -74,6 +74,39 @@ def test_a_folder_rename_failing_halfway_leaves_the_folder_whole(root, monkeypat
     assert tf.io.gfile.listdir(root) == ["a"]
 
 
+@pytest.mark.parametrize("interrupted_at", [1, 2, 3])
+def test_a_file_moved_before_ctrl_c_is_put_back_too(root, monkeypatch, interrupted_at):
+    # Python raises a Ctrl-C that came during a rename (minutes for a large gs:// file) once
+    # the rename is done: that file was at the target, not put back, and deleted with it.
+    _saved_model(f"{root}/a", "old")
+    before = _tree(f"{root}/a")
+    rename, calls = tf.io.gfile.rename, []
+
+    def interrupted(source, target, overwrite=False):
+        rename(source, target, overwrite)
+        calls.append(source)
+        if len(calls) == interrupted_at:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(tf.io.gfile, "rename", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        fileio.rename_folder(f"{root}/a", f"{root}/b")
+    assert _tree(f"{root}/a") == before
+    assert tf.io.gfile.listdir(root) == ["a"]
+
+
+def test_a_file_already_at_the_target_stops_the_rename_and_stays(root):
+    # Putting back the file whose rename failed must not take the target's own file.
+    _saved_model(f"{root}/a", "old")
+    _write(f"{root}/b/variables/variables.index", "the target's own")
+    before = _tree(f"{root}/a")
+    with pytest.raises(tf.errors.AlreadyExistsError):
+        fileio.rename_folder(f"{root}/a", f"{root}/b")
+    assert _tree(f"{root}/a") == before
+    files = {name: text for name, text in _tree(f"{root}/b").items() if text is not None}
+    assert files == {"/variables/variables.index": "the target's own"}
+
+
 # The old SavedModel's 3 files move aside (renames 1-3), then the new one's 3 into place (4-6).
 @pytest.mark.parametrize("fails_at", [2, 5, 6])
 def test_an_export_failing_halfway_leaves_the_old_saved_model_whole(root, monkeypatch, fails_at):
@@ -99,8 +132,10 @@ def test_an_export_replaces_a_remote_folder_whole(root):
     assert tf.io.gfile.listdir(root) == ["serving"]
 
 
-def test_a_local_folder_is_replaced_in_two_renames(tmp_path, monkeypatch):
-    # Aside and into place, each one rename of the whole folder: never file by file.
+@pytest.mark.parametrize("scheme", ["", "file://"])
+def test_a_local_folder_is_replaced_in_two_renames(tmp_path, monkeypatch, scheme):
+    # Aside and into place, each one rename of the whole folder: never file by file, also
+    # when the path is a file:// URL (tf.io.gfile's local filesystem).
     serving = tmp_path / "serving"
     _saved_model(str(serving), "old")
     rename, renamed = tf.io.gfile.rename, []
@@ -110,8 +145,8 @@ def test_a_local_folder_is_replaced_in_two_renames(tmp_path, monkeypatch):
         return rename(source, target, overwrite)
 
     monkeypatch.setattr(tf.io.gfile, "rename", counting)
-    with fileio.atomic_directory(f"{serving}/") as temporary:
+    with fileio.atomic_directory(f"{scheme}{serving}/") as temporary:
         _saved_model(temporary, "new")
-    assert len(renamed) == 2 and renamed[0].rstrip("/") == str(serving)
+    assert len(renamed) == 2 and renamed[0].rstrip("/") == f"{scheme}{serving}"
     assert (serving / "saved_model.pb").read_text() == "graph new"
     assert os.listdir(tmp_path) == ["serving"]
