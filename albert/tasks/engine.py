@@ -119,6 +119,11 @@ class FineTuningTask(TrainingTask):
     # The class names of the head's outputs in class-id order (a GLUE task's): an HF
     # classifier read from --init_checkpoint is put in this order (`load_finetuning_weights`).
     head_labels = ()
+    # The original README's fix for its v2 models' divergence in fine-tuning (on RACE).
+    divergence_advice = (
+        "; for large or xlarge v2 models, the original README's --learning_rate=1e-5 with "
+        "--albert_dropout_prob=0"
+    )
 
     def __init__(
         self, config, train_batch_size, eval_batch_size, predict_batch_size, max_seq_length
