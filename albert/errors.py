@@ -11,3 +11,8 @@ from __future__ import annotations
 
 class AlbertError(ValueError):
     """A user-facing error: bad flags, a missing or malformed file, a full or read-only disk."""
+
+
+class TrainingDivergedError(AlbertError):
+    """The loss or the gradient norm of a training host call is NaN or infinite (see
+    `albert.training.divergence`): the run stops before it saves the weights."""

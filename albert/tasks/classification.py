@@ -134,6 +134,13 @@ class GlueTask(engine.FineTuningTask):
         metrics["loss"] = mean_loss(logits, labels, self.glue.is_regression)
         return metrics
 
+    def predicted_classes(self, predictions):
+        if self.glue.is_regression:
+            return None
+        names = np.asarray(self.glue.labels)
+        predicted = np.argmax(predictions["logits"], axis=-1)  # [N]
+        return names[predicted], names[np.asarray(predictions["label_ids"], np.int64)]
+
     def write_predictions(self, predictions, output_dir):
         logits = predictions["logits"]  # [N, C]
         examples = glue.read_examples(self.glue.name, self.data_dir, "test")

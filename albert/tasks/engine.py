@@ -60,6 +60,7 @@ import math
 import os
 import tempfile
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -119,6 +120,11 @@ class FineTuningTask(TrainingTask):
     # The class names of the head's outputs in class-id order (a GLUE task's): an HF
     # classifier read from --init_checkpoint is put in this order (`load_finetuning_weights`).
     head_labels = ()
+    # The original README's fix for its v2 models' divergence in fine-tuning (on RACE).
+    divergence_advice = (
+        "; for large or xlarge v2 models, the original README's --learning_rate=1e-5 with "
+        "--albert_dropout_prob=0"
+    )
 
     def __init__(
         self, config, train_batch_size, eval_batch_size, predict_batch_size, max_seq_length
@@ -327,7 +333,14 @@ class FineTuningTask(TrainingTask):
         """The loop's eval hook: exact metrics from a full predict pass over EVAL."""
         predictions = self.predict(model, strategy, EVAL, steps_per_call)
         self._last_eval_predictions = predictions
-        return self.evaluate_predictions(predictions)
+        metrics = self.evaluate_predictions(predictions)
+        warn_if_one_class(self.predicted_classes(predictions))
+        return metrics
+
+    def predicted_classes(self, predictions):
+        """(predicted, true) class names [N] of a classification task's EVAL predictions, for
+        `warn_if_one_class`; None (the default) for a task without classes."""
+        return None
 
     def take_eval_predictions(self):
         """The predictions of the last `evaluate` not yet recorded, or None; forgets them."""
@@ -406,6 +419,29 @@ def run_with_flags(task, strategy, options, flag_values):
             training_flags.optimizer_fn_from_flags(flag_values),
             do_predict=flag_values.do_predict,
             export_dir=flag_values.export_dir,
+        )
+
+
+def warn_if_one_class(classes):
+    """Warns, in one line, when every evaluated prediction is the same class although the
+    labels hold several: the "stuck at chance" failure of large and xlarge v2 models
+    fine-tuned at too high a learning rate.
+
+    Args:
+        classes: (predicted, true) class names [N], or None.
+    """
+    if classes is None:
+        return
+    predicted, labels = (np.unique(names) for names in classes)
+    if len(predicted) == 1 and len(labels) > 1:
+        logging.warning(
+            "Every one of the %d evaluated predictions is class %s, although the labels hold "
+            "%d classes: the model is stuck at chance. Lower --learning_rate (for large or "
+            "xlarge v2 models, the original README's --learning_rate=1e-5 with "
+            "--albert_dropout_prob=0).",
+            len(classes[0]),
+            predicted[0],
+            len(labels),
         )
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 
+import numpy as np
 import tensorflow as tf
 from absl import flags, logging
 
@@ -134,6 +135,12 @@ class RaceTask(engine.FineTuningTask):
     def evaluate_predictions(self, predictions):
         examples = self.race_features(engine.EVAL).examples
         return race.accuracy_by_level(examples, predictions["logits"])
+
+    def predicted_classes(self, predictions):
+        examples = self.race_features(engine.EVAL).examples
+        letters = np.asarray(list(race.ANSWER_LETTERS))
+        predicted = np.argmax(predictions["logits"], axis=-1)  # [N]
+        return letters[predicted], letters[[example.label for example in examples]]
 
     def write_predictions(self, predictions, output_dir):
         examples = self.race_features(engine.PREDICT).examples

@@ -4,7 +4,8 @@
 scope, resumes from `output_dir` (or initialises from `init_checkpoint`), trains in host calls
 of `iterations_per_loop` steps, saves every `save_checkpoints_steps`, evaluates after each save
 when asked (keeping the best checkpoint), and exports the final weights. The pretraining job
-and the fine-tuning tasks share it.
+and the fine-tuning tasks share it. A host call whose loss or gradient norm is not finite
+stops the run before its weights are saved (`albert.training.divergence`).
 
 Order of a (re)started run: take the output directory's lock, build and restore (or
 initialise), and only then write into `output_dir` (`albert_config.json`, summaries), so a
@@ -27,7 +28,7 @@ from absl import logging
 from albert.checkpoints import CheckpointError
 from albert.checkpoints.training_format import BEST_PREFIX
 from albert.metrics import write_eval_results
-from albert.training import checkpointing
+from albert.training import checkpointing, divergence
 from albert.training import strategy as strategy_lib
 from albert.training.inputs import (
     DistributedInput,
@@ -356,6 +357,7 @@ def _train(state):
         step = state.step
         progress.log(step, metrics)
         writer.write(metrics, step)
+        _stop_if_diverged(state, sums, step - num_steps + 1, writer)
         checkpointing.fault_point("train_step", step)
         if step % save_every == 0 or step == total:
             path = state.checkpoints.save(step)
@@ -368,6 +370,18 @@ def _train(state):
     if options.do_eval and not results:
         results = _evaluate_and_record(state, state.checkpoints.latest())
     return results
+
+
+def _stop_if_diverged(state, sums, first_step, writer):
+    """Raises `TrainingDivergedError` before the weights of a diverged call are saved; the
+    call's TensorBoard point is written first, so the NaN shows there too."""
+    found = divergence.what_diverged(sums, state.trainer.loss_scaled)
+    if found is None:
+        return
+    writer.close()
+    latest = state.checkpoints.latest()
+    advice = state.task.divergence_advice
+    raise divergence.diverged_error(found, first_step, state.step, latest, state.schedule, advice)
 
 
 def _train_metrics(state, sums, num_steps, seconds):

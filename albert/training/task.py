@@ -34,6 +34,8 @@ class TrainingTask(abc.ABC):
         tokens_per_example: tokens one example holds (for the tokens/s summary).
         eval_batch_size: the global eval batch; the loop sets it to the batch it checked
             against the replicas (rounded up when the flag was left at its default).
+        divergence_advice: what else to try, appended to the message of a diverged run
+            (`albert.training.divergence`), starting with "; "; empty for none.
 
     A task evaluated by the loop's eval steps (the default `evaluate`) supplies
     `eval_dataset(input_context, num_steps)`: for every input pipeline, exactly `num_steps`
@@ -58,6 +60,7 @@ class TrainingTask(abc.ABC):
     best_metric: str | None = None
     tokens_per_example: int = 0
     eval_batch_size: int | None = None
+    divergence_advice: str = ""
 
     # --- Model and weights -------------------------------------------------------------
 
