@@ -11,11 +11,18 @@ TensorBoard point, and before any checkpoint of its weights:
                            NaN weights even while the call's mean loss is still finite)
     with loss scaling      no step of the call was applied and the loss is not finite (a
     (float16)              step with non-finite gradients is skipped by design, steps.py)
+
+and, before each checkpoint, that the weights themselves are finite: an update that overflows
+(finite gradients at an absurd learning rate) shows in no loss or norm until the next call,
+and its weights would be saved as the checkpoint a rerun resumes from.
 """
 
 from __future__ import annotations
 
 import math
+
+import numpy as np
+import tensorflow as tf
 
 from albert.errors import TrainingDivergedError
 
@@ -43,6 +50,24 @@ def what_diverged(sums, loss_scaled):
         return "loss", loss
     if not math.isfinite(sums["gradient_norm"]):
         return "gradient norm", sums["gradient_norm"]
+    return None
+
+
+def nonfinite_weight(variables):
+    """The first of `variables` holding a NaN or infinite value, or None.
+
+    Args:
+        variables: the model's trainable variables (read where they live; one boolean each
+            comes back to the host, so a pod's weights are not copied).
+
+    Returns:
+        ("weight <name>", a NaN or infinite value of it), or None.
+    """
+    for variable in variables:
+        if not bool(tf.reduce_all(tf.math.is_finite(variable))):
+            has_nan = bool(tf.reduce_any(tf.math.is_nan(variable)))
+            name = getattr(variable, "path", None) or variable.name
+            return f"weight {name}", math.nan if has_nan else np.inf
     return None
 
 

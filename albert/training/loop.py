@@ -357,9 +357,13 @@ def _train(state):
         step = state.step
         progress.log(step, metrics)
         writer.write(metrics, step)
-        _stop_if_diverged(state, sums, step - num_steps + 1, writer)
+        first_step = step - num_steps + 1
+        loss_scaled = state.trainer.loss_scaled
+        _stop_if_diverged(state, divergence.what_diverged(sums, loss_scaled), first_step, writer)
         checkpointing.fault_point("train_step", step)
         if step % save_every == 0 or step == total:
+            weights = divergence.nonfinite_weight(state.model.trainable_variables)
+            _stop_if_diverged(state, weights, first_step, writer)
             path = state.checkpoints.save(step)
             checkpointing.fault_point("before_eval", step)
             if options.do_eval:
@@ -372,10 +376,11 @@ def _train(state):
     return results
 
 
-def _stop_if_diverged(state, sums, first_step, writer):
-    """Raises `TrainingDivergedError` before the weights of a diverged call are saved; the
-    call's TensorBoard point is written first, so the NaN shows there too."""
-    found = divergence.what_diverged(sums, state.trainer.loss_scaled)
+def _stop_if_diverged(state, found, first_step, writer):
+    """Raises `TrainingDivergedError` for what `found` (`divergence.what_diverged` of the
+    call's sums, or `divergence.nonfinite_weight` before a save) names, if anything, before
+    those weights are saved; the call's TensorBoard point is written first, so the NaN shows
+    there too."""
     if found is None:
         return
     writer.close()

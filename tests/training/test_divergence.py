@@ -76,8 +76,8 @@ class _InputTask(TrainingTask):
         return output_dir
 
 
-def _train(task, output_dir, num_train_steps=8, strategy=None):
-    """Two steps a host call, a checkpoint every two, AdamW at 0.01, a batch of one a replica."""
+def _train(task, output_dir, num_train_steps=8, strategy=None, learning_rate=0.01):
+    """Two steps a host call, a checkpoint every two, AdamW, a batch of one a replica."""
     strategy = strategy or tf.distribute.get_strategy()
     options = loop.RunOptions(
         output_dir=str(output_dir),
@@ -89,7 +89,7 @@ def _train(task, output_dir, num_train_steps=8, strategy=None):
     )
 
     def optimizer_fn(global_step):
-        return create_optimizer("adamw", 0.01, num_train_steps, global_step=global_step)
+        return create_optimizer("adamw", learning_rate, num_train_steps, global_step=global_step)
 
     return loop.run(task, strategy, options, optimizer_fn)
 
@@ -166,6 +166,20 @@ def test_float16_steps_the_loss_scaler_skips_do_not_stop_the_run(tmp_path, float
     assert _checkpoint_steps(output_dir) == [2, 4, 6]
     assert _all_finite(output_dir / "model.ckpt-6")
     assert math.isnan(_scalars(output_dir, "loss")[6])
+
+
+def test_weights_that_overflow_from_finite_gradients_are_not_saved(tmp_path):
+    # loss = w0 (x = [1, 0]): its gradient is always finite. AdamW at 1e38 moves w0 by ~3e38
+    # a step, so step 2's update overflows w0 to -inf while the call's loss and norm are
+    # finite; step 3's loss would show it, one checkpoint too late.
+    output_dir = tmp_path / "run"
+    with pytest.raises(TrainingDivergedError) as error:
+        _train(_LinearTask([[1.0, 0.0]] * 8), output_dir, learning_rate=1e38)
+    message = str(error.value)
+    assert message.startswith("Training diverged: the weight dense/kernel was infinite in ")
+    assert "steps 1-2, so these weights were not saved; no checkpoint was saved" in message
+    assert _checkpoint_steps(output_dir) == []
+    assert math.isfinite(_scalars(output_dir, "loss")[2])
 
 
 def _poisoned(compute_loss, from_step):
