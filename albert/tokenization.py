@@ -250,6 +250,48 @@ def load_vocab(vocab_file: str) -> dict:
     return vocab
 
 
+def casing_mismatch(tokenizer: FullTokenizer) -> str | None:
+    """Says when `do_lower_case` does not suit the vocabulary's casing, else None.
+
+    The published ALBERT models' SentencePiece model was trained on lower-cased text: none of
+    its pieces holds a capital, so text left cased (`--do_lower_case=false`) reads every
+    capital as a piece the model never saw in pretraining, with no error and lower scores.
+    A vocabulary whose pieces hold capitals (a cased model) is not used by lower-cased text.
+    Control symbols (`[CLS]`, `<unk>`, ...) are not counted.
+
+    Args:
+        tokenizer: the tokenizer a script built from its flags.
+
+    Returns:
+        The warning's text, naming the flag and the file, or None when they agree (or the
+        vocabulary holds no cased letters, as a Chinese one).
+    """
+    pieces = [
+        piece
+        for piece in tokenizer.vocab
+        if (piece[:1], piece[-1:]) not in (("[", "]"), ("<", ">"))
+        and any(char.lower() != char.upper() for char in piece)
+    ]
+    if not pieces:
+        return None
+    capitalised = sum(any(char.isupper() for char in piece) for piece in pieces) / len(pieces)
+    file = tokenizer.spm_model_file or tokenizer.vocab_file
+    if not tokenizer.do_lower_case and capitalised < 0.001:
+        return (
+            f"--do_lower_case=false, but no piece of {file} holds a capital letter (an "
+            "uncased vocabulary, as the published ALBERT models'): capitals are read as "
+            "pieces the model never saw in pretraining; pass --do_lower_case=true unless the "
+            "text is already lower-case."
+        )
+    if tokenizer.do_lower_case and capitalised >= 0.01:
+        return (
+            f"--do_lower_case=true, but {capitalised:.0%} of the pieces of {file} hold "
+            "capital letters (a cased vocabulary) that lower-cased text never uses; pass "
+            "--do_lower_case=false if the model was pretrained on cased text."
+        )
+    return None
+
+
 class FullTokenizer:
     """Text -> pieces -> ids, as the original ALBERT `FullTokenizer`.
 

@@ -62,7 +62,7 @@ from albert.data.pretraining import (
 )
 from albert.errors import AlbertError
 from albert.progress import Progress
-from albert.tokenization import FullTokenizer
+from albert.tokenization import FullTokenizer, casing_mismatch
 
 
 class PretrainingDataError(AlbertError):
@@ -496,6 +496,9 @@ def create_pretraining_data(config: PretrainingDataConfig) -> Summary:
     """
     input_files, output_files = validate(config)
     worker = _Worker(config)  # Fails here, once, on a bad model / vocab file.
+    mismatch = casing_mismatch(worker.tokenizer)
+    if mismatch:
+        logging.warning(mismatch)
     summary = Summary(output_files=output_files)
     input_bytes = sum(corpus.file_size(p) for p in input_files)
     per_shard = shuffle.buckets_per_shard(

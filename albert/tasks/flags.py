@@ -202,13 +202,17 @@ def tokenizer_from_flags(flag_values):
     Raises:
         albert.tokenization.TokenizerError: neither file is given, or it cannot be read.
     """
-    from albert.tokenization import FullTokenizer
+    from albert.tokenization import FullTokenizer, casing_mismatch
 
-    return FullTokenizer(
+    tokenizer = FullTokenizer(
         vocab_file=flag_values.vocab_file,
         do_lower_case=flag_values.do_lower_case,
         spm_model_file=flag_values.spm_model_file,
     )
+    mismatch = casing_mismatch(tokenizer)
+    if mismatch:
+        logging.warning(mismatch)
+    return tokenizer
 
 
 def config_from_flags(flag_values):
