@@ -25,7 +25,8 @@ def cased_spm(tmp_path_factory):
 
 def test_cased_text_through_an_uncased_model_is_named(uncased_spm):
     message = casing_mismatch(FullTokenizer(spm_model_file=uncased_spm, do_lower_case=False))
-    assert message.startswith(f"--do_lower_case=false, but no piece of {uncased_spm} holds a ")
+    assert message.startswith("--do_lower_case=false, but only 0 of the ")
+    assert f" pieces of {uncased_spm} hold a capital letter (an uncased vocabulary" in message
     assert casing_mismatch(FullTokenizer(spm_model_file=uncased_spm, do_lower_case=True)) is None
 
 
@@ -40,12 +41,23 @@ def test_lower_cased_text_through_a_cased_model_is_named(cased_spm):
     ("tokens", "do_lower_case", "expected"),
     [
         (["[PAD]", "[UNK]", "[CLS]", "the", "##s", "cat"], False, "--do_lower_case=false"),
+        # The published model's few capitals alone (1 in 400 pieces here) still read uncased.
+        (["[CLS]", "H", *(f"w{i}" for i in range(399))], False, "--do_lower_case=false"),
+        (["[CLS]", "H", *(f"w{i}" for i in range(99))], False, None),
         (["[PAD]", "[UNK]", "[CLS]", "the", "##s", "cat"], True, None),
         (["[PAD]", "[UNK]", "The", "the", "Cat", "cat"], True, "--do_lower_case=true"),
         (["[PAD]", "[UNK]", "The", "the", "Cat", "cat"], False, None),
         (["[PAD]", "[UNK]", "的", "是", "##一"], False, None),  # no cased letters at all
     ],
-    ids=["uncased_kept", "uncased_lowered", "cased_lowered", "cased_kept", "chinese"],
+    ids=[
+        "uncased_kept",
+        "few_capitals_kept",
+        "some_capitals_kept",
+        "uncased_lowered",
+        "cased_lowered",
+        "cased_kept",
+        "chinese",
+    ],
 )
 def test_wordpiece_vocabularies(tmp_path, tokens, do_lower_case, expected):
     vocab = tmp_path / "vocab.txt"
