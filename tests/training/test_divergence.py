@@ -14,6 +14,7 @@ import pytest
 import synthetic_pretraining as synthetic
 import tensorflow as tf
 from test_multi_worker import _finish, _start_workers
+from toy_tasks import LinearInputTask
 
 from albert.config import AlbertConfig
 from albert.errors import TrainingDivergedError
@@ -21,7 +22,6 @@ from albert.tasks.pretraining import PretrainingTask
 from albert.training import loop
 from albert.training.failures import describe_failure
 from albert.training.optimization import create_optimizer
-from albert.training.task import TrainingTask
 
 NAN = float("nan")
 
@@ -48,32 +48,15 @@ def _all_finite(prefix):
     return all(np.all(np.isfinite(v)) for v in values if np.issubdtype(v.dtype, np.floating))
 
 
-class _InputTask(TrainingTask):
+class _InputTask(LinearInputTask):
     """loss = sum(sqrt(x @ w)) over a batch of one, step i reading row i - 1 of `inputs`.
 
     x = [0, 0] gives a finite loss (0) and a NaN gradient (inf * 0); x = NaN a NaN loss.
     """
 
-    def __init__(self, inputs):
-        self.inputs = np.asarray(inputs, np.float32)  # [steps, 2]
-
-    def create_model(self):
-        inputs = keras.Input((2,))
-        dense = keras.layers.Dense(1, use_bias=False, kernel_initializer="ones", name="dense")
-        return keras.Model(inputs, dense(inputs), name="model")
-
-    def train_dataset(self, input_context, seed):
-        return tf.data.Dataset.from_tensor_slices(self.inputs).batch(1).repeat()
-
-    def loss_normalizers(self, features):
-        return {"examples": tf.cast(tf.shape(features)[0], tf.float32)}
-
     def compute_loss(self, model, features, normalizers, training):
         outputs = tf.cast(model(features, training=training), tf.float32)
         return tf.reduce_sum(tf.sqrt(outputs)), {}
-
-    def export(self, model, output_dir):
-        return output_dir
 
 
 def _train(task, output_dir, num_train_steps=8, strategy=None, learning_rate=0.01):
@@ -147,13 +130,6 @@ def float16_policy():
     keras.mixed_precision.set_global_policy("float32")
 
 
-class _LinearTask(_InputTask):
-    """loss = sum(x @ w): finite for any finite x, so only an overflow skips a step."""
-
-    def compute_loss(self, model, features, normalizers, training):
-        return tf.reduce_sum(tf.cast(model(features, training=training), tf.float32)), {}
-
-
 def test_float16_steps_the_loss_scaler_skips_do_not_stop_the_run(tmp_path, float16_policy):
     # Scaled by 2**15 and then 2**14, x = 64 overflows float16 (inf gradients): steps 3 and
     # 4 are both skipped, with a finite loss. Step 5's NaN loss is skipped too, and step 6
@@ -162,7 +138,7 @@ def test_float16_steps_the_loss_scaler_skips_do_not_stop_the_run(tmp_path, float
     inputs = [[1.0, 1.0]] * 2 + [[64.0, 64.0]] * 2 + [[NAN, NAN], [1.0, 1.0]] + [[NAN, NAN]] * 2
     output_dir = tmp_path / "run"
     with pytest.raises(TrainingDivergedError, match=r"the loss was NaN in steps 7-8"):
-        _train(_LinearTask(inputs), output_dir)
+        _train(LinearInputTask(inputs), output_dir)
     assert _checkpoint_steps(output_dir) == [2, 4, 6]
     assert _all_finite(output_dir / "model.ckpt-6")
     assert math.isnan(_scalars(output_dir, "loss")[6])
@@ -174,7 +150,7 @@ def test_weights_that_overflow_from_finite_gradients_are_not_saved(tmp_path):
     # finite; step 3's loss would show it, one checkpoint too late.
     output_dir = tmp_path / "run"
     with pytest.raises(TrainingDivergedError) as error:
-        _train(_LinearTask([[1.0, 0.0]] * 8), output_dir, learning_rate=1e38)
+        _train(LinearInputTask([[1.0, 0.0]] * 8), output_dir, learning_rate=1e38)
     message = str(error.value)
     assert message.startswith("Training diverged: the weight dense/kernel was infinite in ")
     assert "steps 1-2, so these weights were not saved; no checkpoint was saved" in message

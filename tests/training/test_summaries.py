@@ -6,14 +6,13 @@ import sys
 import time
 
 import keras
-import numpy as np
 import pytest
 import tensorflow as tf
+from toy_tasks import LinearInputTask
 
 from albert.training import checkpointing, loop
 from albert.training.optimization import create_optimizer
 from albert.training.summaries import ScalarWriter
-from albert.training.task import TrainingTask
 
 
 def _scalars(directory):
@@ -25,35 +24,6 @@ def _scalars(directory):
                 scalar = float(tf.make_ndarray(value.tensor))
                 values.setdefault(value.tag, {})[event.step] = scalar
     return values
-
-
-class _ScaledInputTask(TrainingTask):
-    """loss = sum(x @ w) over a batch of one; the gradient of w is x, so ||g|| = ||x||.
-
-    Under float16 the scaled gradient of the float16 copy of `w` overflows (inf) once
-    |x| * loss scale exceeds 65504: a step the loss scaler skips.
-    """
-
-    def __init__(self, inputs):
-        self.inputs = np.asarray(inputs, np.float32)  # [steps, 2]
-
-    def create_model(self):
-        inputs = keras.Input((2,))
-        # Named: a resumed run in the same process finds the same variable paths.
-        dense = keras.layers.Dense(1, use_bias=False, kernel_initializer="ones", name="dense")
-        return keras.Model(inputs, dense(inputs), name="model")
-
-    def train_dataset(self, input_context, seed):
-        return tf.data.Dataset.from_tensor_slices(self.inputs).batch(1).repeat()
-
-    def loss_normalizers(self, features):
-        return {"examples": tf.cast(tf.shape(features)[0], tf.float32)}
-
-    def compute_loss(self, model, features, normalizers, training):
-        return tf.reduce_sum(tf.cast(model(features, training=training), tf.float32)), {}
-
-    def export(self, model, output_dir):
-        return output_dir
 
 
 def _train(task, output_dir, num_train_steps, iterations_per_loop, save_checkpoints_steps=None):
@@ -86,7 +56,7 @@ def test_gradient_norm_leaves_out_the_steps_the_loss_scaler_skipped(tmp_path, fl
     # (65504) once scaled; x = 4 overflows at 2**15 and x = 64 at 2**14 and 2**13.
     # ||x|| = sqrt(2) for x = [1, 1].
     inputs = [[1.0, 1.0], [4.0, 4.0], [1.0, 1.0], [64.0, 64.0], [64.0, 64.0]]
-    scalars = _train(_ScaledInputTask(inputs), tmp_path / "run", 5, 3)
+    scalars = _train(LinearInputTask(inputs), tmp_path / "run", 5, 3)
     # Steps 1-3: two applied, one skipped; steps 4-5: both skipped, so no norm to show.
     assert scalars["gradient_norm"] == pytest.approx({3: math.sqrt(2.0)})
     assert sorted(scalars["loss"]) == [3, 5]
@@ -94,7 +64,7 @@ def test_gradient_norm_leaves_out_the_steps_the_loss_scaler_skipped(tmp_path, fl
 
 def test_rates_leave_out_the_first_host_call_of_a_process(tmp_path):
     # It also traces and compiles the step: its examples/s was a fraction of the others'.
-    task = _ScaledInputTask([[1.0, 1.0]])
+    task = LinearInputTask([[1.0, 1.0]])
     scalars = _train(task, tmp_path / "run", 3, 1)
     assert sorted(scalars["loss"]) == [1, 2, 3]
     assert sorted(scalars["examples_per_second"]) == [2, 3]
@@ -129,7 +99,7 @@ def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path, monkeypatch
         if (name, step) == ("train_step", 3):
             raise _Killed
 
-    task = _ScaledInputTask([[1.0, 1.0], [2.0, 2.0]])
+    task = LinearInputTask([[1.0, 1.0], [2.0, 2.0]])
     monkeypatch.setattr(checkpointing, "fault_point", killed_at_step_3)
     with pytest.raises(_Killed):
         _train(task, tmp_path / "run", 4, 1, save_checkpoints_steps=2)
@@ -200,7 +170,7 @@ def test_the_learning_rate_summary_keeps_no_step_alive(tmp_path):
         iterations_per_loop=150,
         clip_norm=None,
     )
-    loop.run(_ScaledInputTask([[1.0, 1.0]]), tf.distribute.get_strategy(), options, optimizer_fn)
+    loop.run(LinearInputTask([[1.0, 1.0]]), tf.distribute.get_strategy(), options, optimizer_fn)
     assert [int(step) for step in steps] == [149, 299, 449, 599]
     # Referenced by `steps` and by getrefcount's argument only (the first, below 256, would
     # be one of the small ints Python shares).
