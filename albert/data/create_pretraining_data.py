@@ -214,9 +214,16 @@ def validate(config: PretrainingDataConfig) -> tuple:
     if config.temp_dir and fileio.is_remote(config.temp_dir) and not config.beam_pipeline_options:
         # The local engine appends to bucket files with `open`: a gs:// folder would become a
         # local folder named "gs:" in the working directory, holding the output's size.
+        # Left out, the buckets go where `_bucket_parent` puts them for this output.
+        first_output = config.output_file.split(",")[0].strip()
+        default = (
+            "the system's temporary folder"
+            if fileio.is_remote(first_output)
+            else "a hidden folder beside --output_file"
+        )
         raise PretrainingDataError(
             f"--temp_dir must be a local folder without --beam_pipeline_options; got "
-            f"{config.temp_dir!r} (leave it out to use the system's temporary folder)."
+            f"{config.temp_dir!r} (leave it out to put the bucket files in {default})."
         )
     config.instance.validate()
     inputs = expand_input_files(config.input_file)

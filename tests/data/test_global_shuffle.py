@@ -231,6 +231,23 @@ def test_a_gs_temp_dir_without_beam_is_an_error_not_a_local_gs_folder(
     assert sorted(os.listdir(tmp_path)) == []
 
 
+@pytest.mark.parametrize(
+    "output, default",
+    [("out", "a hidden folder beside --output_file"), ("gs://bucket/out", "temporary folder")],
+)
+def test_the_gs_temp_dir_error_names_where_the_buckets_go_without_it(
+    tmp_path, corpus_file, spm_model, output, default
+):
+    # Left out, --temp_dir is a folder beside a local output (`_bucket_parent`): the message
+    # said "the system's temporary folder" for every output.
+    output = output if "://" in output else str(tmp_path / output)
+    config = _config(corpus_file, spm_model, output, temp_dir="gs://bucket/tmp")
+    with pytest.raises(
+        PretrainingDataError, match=f"leave it out to put the bucket files in .*{default}"
+    ):
+        create_pretraining_data(config)
+
+
 def _script(corpus_file, spm_model, output):
     return [
         sys.executable,
