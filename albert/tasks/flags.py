@@ -235,9 +235,15 @@ def config_from_flags(flag_values):
         config = read_config(flag_values.init_checkpoint)
         if config is not None:
             logging.info("Using the config stored with %s.", flag_values.init_checkpoint)
+    if config is None and flag_values.init_checkpoint:
+        raise FlagError(
+            "--albert_config_file is required: no config is stored with --init_checkpoint="
+            f"{flag_values.init_checkpoint}."
+        )
     if config is None:
         raise FlagError(
-            "--albert_config_file is required (no config is stored with --init_checkpoint)."
+            "--albert_config_file is required (or an --init_checkpoint stored with its config: "
+            "an HF directory, or a checkpoint with albert_config.json beside it)."
         )
     if flag_values.albert_dropout_prob is not None:
         dropout = flag_values.albert_dropout_prob

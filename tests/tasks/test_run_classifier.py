@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import synthetic_glue as synthetic
+import tensorflow as tf
 from absl import flags
 
 from albert.checkpoints import save_checkpoint
@@ -197,7 +198,7 @@ def sst2_data(tmp_path_factory):
         ({"do_train": False}, ValueError, "there is nothing to do"),
         ({"task_name": "ax"}, ValueError, "AX has only a test set"),
         ({"max_seq_length": 65}, ValueError, "exceeds the config's max_position_embeddings=64"),
-        ({"albert_config_file": None}, ValueError, "--albert_config_file is required"),
+        ({"albert_config_file": None}, ValueError, r"--albert_config_file is required \(or an "),
         ({"data_dir": "elsewhere"}, glue.GlueDataError, "No sst-2 train file in --data_dir"),
         ({"do_train": False, "do_predict": True}, engine.FineTuningError, "holds no checkpoint"),
     ],
@@ -218,6 +219,21 @@ def test_user_errors_name_the_flag(sst2_data, tmp_path, changes, error, message)
     args += [f"--{k}" if v else f"--no{k}" for k, v in values.items() if isinstance(v, bool)]
     with pytest.raises(error, match=message):
         synthetic.run_classifier(*args)
+
+
+def test_an_init_checkpoint_without_its_config_is_named(sst2_data, tmp_path):
+    data_dir, _ = sst2_data
+    prefix = tf.train.Checkpoint(v=tf.Variable(1.0)).write(str(tmp_path / "ckpt" / "model"))
+    with pytest.raises(ValueError, match=f"no config is stored with --init_checkpoint={prefix}"):
+        synthetic.run_classifier(
+            "--task_name=sst-2",
+            f"--data_dir={data_dir}",
+            f"--output_dir={tmp_path / 'out'}",
+            f"--init_checkpoint={prefix}",
+            f"--spm_model_file={synthetic.SPM_MODEL}",
+            "--max_seq_length=32",
+            "--do_train",
+        )
 
 
 def test_a_batch_that_cannot_split_fails_before_the_features_are_read(
