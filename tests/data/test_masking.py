@@ -260,3 +260,13 @@ def test_random_replacements_are_uniform_over_the_whole_vocabulary():
     assert set(replaced) == set(range(13)) - {vocab.mask_id}, replaced
     counts = np.array([replaced[i] for i in range(13) if i != vocab.mask_id])
     assert counts.min() > 0.75 * counts.mean(), replaced
+
+
+def test_a_short_instance_whose_budget_rounds_to_zero_still_masks_one_token():
+    # round(5 * 0.1) == 0 (round half to even): the max(1, ...) of the original gives 1.
+    vocab = MaskingVocabulary({**SPECIALS, "▁a": 5, "▁b": 6})
+    options = InstanceOptions(max_seq_length=9, masked_lm_prob=0.1)
+    pairs = [(np.array([5], np.int32), np.array([6], np.int32), 0)] * 20
+    batch = create_masked_lm_batch(pairs, options, vocab, np.random.default_rng(0))
+    assert batch.lengths.tolist() == [5] * 20
+    assert np.diff(batch.prediction_offsets).tolist() == [1] * 20
