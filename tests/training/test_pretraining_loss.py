@@ -23,8 +23,9 @@ def _batch(seed=0):
     }
     mlm_logits = rng.normal(size=(B, P, V)).astype("float32") * 3
     sop_logits = rng.normal(size=(B, 2)).astype("float32")
-    # Make some predictions right so the accuracies are not trivially 0.
-    for b, p in ((0, 0), (1, 2), (2, 0)):
+    # Make some predictions right so the accuracies are not trivially 0; two of them at
+    # padding predictions, which the accuracy must not count.
+    for b, p in ((0, 0), (1, 2), (2, 0), (0, 4), (2, 3)):
         mlm_logits[b, p, features["masked_lm_ids"][b, p]] = 50.0
     return features, mlm_logits, sop_logits
 
