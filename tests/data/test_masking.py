@@ -242,3 +242,31 @@ def test_same_seed_same_batch_and_empty_input():
     assert not np.array_equal(first[0].input_ids, other[0].input_ids)
     empty = create_masked_lm_batch([], options, corpus.masking_vocab, np.random.default_rng(0))
     assert empty.input_ids.shape == (0, 30) and len(empty.prediction_offsets) == 1
+
+
+def test_random_replacements_are_uniform_over_the_whole_vocabulary():
+    # The original draws the 10% replacements with randint(0, len(vocab) - 1): every id,
+    # the last one included, and none beyond the vocabulary.
+    vocab = MaskingVocabulary({**SPECIALS, **{f"▁w{i}": i for i in range(5, 13)}})  # V = 13
+    rng = np.random.default_rng(0)
+    pairs = [(rng.integers(5, 13, 10, dtype=np.int32), rng.integers(5, 13, 9), 0)] * 3000
+    options = InstanceOptions(max_seq_length=22, max_predictions_per_seq=3, ngram=1)
+    batch = create_masked_lm_batch(pairs, options, vocab, np.random.default_rng(1))
+    replaced = collections.Counter()
+    for m in range(len(pairs)):
+        positions, originals = batch.predictions(m)
+        out = batch.input_ids[m, positions]
+        replaced.update(out[(out != vocab.mask_id) & (out != originals)].tolist())
+    assert set(replaced) == set(range(13)) - {vocab.mask_id}, replaced
+    counts = np.array([replaced[i] for i in range(13) if i != vocab.mask_id])
+    assert counts.min() > 0.75 * counts.mean(), replaced
+
+
+def test_a_short_instance_whose_budget_rounds_to_zero_still_masks_one_token():
+    # round(5 * 0.1) == 0 (round half to even): the max(1, ...) of the original gives 1.
+    vocab = MaskingVocabulary({**SPECIALS, "▁a": 5, "▁b": 6})
+    options = InstanceOptions(max_seq_length=9, masked_lm_prob=0.1)
+    pairs = [(np.array([5], np.int32), np.array([6], np.int32), 0)] * 20
+    batch = create_masked_lm_batch(pairs, options, vocab, np.random.default_rng(0))
+    assert batch.lengths.tolist() == [5] * 20
+    assert np.diff(batch.prediction_offsets).tolist() == [1] * 20

@@ -166,3 +166,17 @@ def test_a_wordpiece_vocab_without_unk_is_one_clear_error(tmp_path):
     vocab.write_text("[PAD]\n[CLS]\n[SEP]\n[MASK]\nthe\n")
     with pytest.raises(TokenizerError, match="vocab.txt' has no \\[UNK\\]"):
         PieceIds(FullTokenizer(vocab_file=str(vocab)))
+
+
+def test_short_target_lengths_are_uniform_from_2_to_the_maximum():
+    # One-token sentences: the first chunk of a document holds exactly the target length,
+    # which short_seq_prob=1 draws uniformly from [2, max_seq_length - 3] as the original.
+    corpus = NumberedCorpus(400, [8], [1])
+    options = InstanceOptions(max_seq_length=8, short_seq_prob=1.0)
+    rng = random.Random(4)
+    lengths = collections.Counter()
+    for index in range(len(corpus.documents)):
+        a, b, _ = create_pairs_from_document(corpus.documents, index, options, rng)[0]
+        lengths[len(a) + len(b)] += 1
+    assert sorted(lengths) == [2, 3, 4, 5], lengths
+    assert min(lengths.values()) > 70, lengths

@@ -139,6 +139,8 @@ def test_missing_directories(tmp_path):
 def test_question_with_option():
     assert question_with_option("The sea is _ .", "large") == "The sea is large ."
     assert question_with_option("Where?", "here") == "Where? here"
+    # The original's str.replace fills every blank.
+    assert question_with_option("_ rose and _ fell.", "it") == "it rose and it fell."
 
 
 def test_features_layout_and_truncation(tokenizer):

@@ -235,3 +235,23 @@ def test_tuned_threshold_scored_with_the_originals_na_prob_thresh_of_one():
     # Below 1.0 the rule changes nothing: the tuned threshold already nulls those answers.
     low = {"a": -2.0, "b": -3.0, "n": 0.25}
     assert tune_null_threshold(dataset, predictions, low).evaluation["f1"] == 100.0
+
+
+def test_the_threshold_is_tuned_on_f1_unless_exact_match_is_asked_for():
+    dataset = _dataset(
+        [
+            {"id": "a", "question": "?", "answers": [{"text": "delta", "answer_start": 17}]},
+            {"id": "n", "question": "?", "answers": []},
+        ]
+    )
+    predictions = {"a": "delta epsilon", "n": "gamma"}  # "a": EM 0, F1 2/3
+    null_odds = {"a": 0.5, "n": 1.0}
+    # Walk from all-null (n right): answering a adds EM 0 (no gain: EM's best stays at
+    # threshold 0.0) but F1 2/3 (F1's best moves to 0.5); answering n then loses 1.
+    tuned = tune_null_threshold(dataset, predictions, null_odds)
+    assert tuned.evaluation["best_exact_thresh"] == 0.0
+    assert tuned.threshold == tuned.evaluation["best_f1_thresh"] == 0.5
+    assert tuned.predictions == {"a": "delta epsilon", "n": ""}
+    assert tuned.evaluation["f1"] == pytest.approx(100 * (2 / 3 + 1) / 2)
+    by_exact = tune_null_threshold(dataset, predictions, null_odds, metric="exact")
+    assert by_exact.threshold == 0.0 and by_exact.predictions == {"a": "", "n": ""}

@@ -74,6 +74,16 @@ def test_evaluate_v1():
     assert result["f1"] == pytest.approx(100 * 11 / 21)
 
 
+def test_evaluate_v1_scores_a_gold_answer_that_normalises_to_nothing_as_v1_does():
+    # v1.1 keeps a gold answer that normalises to "" ("The"): a prediction that normalises
+    # to "" too ("a") is an exact match with F1 0, where v2.0's rule would give F1 1.
+    result = evaluate_v1(
+        make_dataset([("q1", ["The"]), ("q2", ["Paris"])]), {"q1": "a", "q2": "Paris"}
+    )
+    assert result["exact_match"] == pytest.approx(100.0)
+    assert result["f1"] == pytest.approx(50.0)
+
+
 def test_evaluate_v1_rejects_unanswerable_questions():
     with pytest.raises(SquadEvalError, match="SQuAD 2.0"):
         evaluate_v1(make_dataset([("q1", [])]), {"q1": ""})

@@ -1,5 +1,7 @@
 """Training checkpoints hold every model weight (keyed by path) and restore them."""
 
+import types
+
 import keras
 import numpy as np
 import pytest
@@ -7,7 +9,7 @@ import tensorflow as tf
 
 from albert.checkpoints import CheckpointError, training_format
 from albert.modeling import AlbertPretrainer
-from albert.training import checkpointing
+from albert.training import checkpointing, loop
 from tests.helpers import tiny_config
 
 
@@ -157,3 +159,18 @@ def test_keep_checkpoint_max_0_keeps_every_checkpoint(tmp_path):
     for number in range(1, 4):
         worker.save(number)
     assert [p.name for p in scratch.glob("*.index")] == ["model.ckpt-3.index"]
+
+
+def test_a_checkpoint_that_only_ties_the_best_score_does_not_replace_it(tmp_path):
+    # Small dev sets (RTE, MRPC, CoLA) often give two checkpoints the same score; the
+    # original keeps the first that reached it (`value > best`), and so must model.ckpt-best.
+    kept = []
+    task = types.SimpleNamespace(
+        best_metric="accuracy", save_best=lambda model, path, prefix: kept.append(path)
+    )
+    for step, accuracy in ((1, 0.5), (2, 0.75), (3, 0.75), (4, 0.625)):
+        path = str(tmp_path / f"model.ckpt-{step}")
+        loop.keep_best(task, None, str(tmp_path), {"accuracy": accuracy}, path)
+    assert kept == [str(tmp_path / "model.ckpt-1"), str(tmp_path / "model.ckpt-2")]
+    record = checkpointing.read_key_values(str(tmp_path / checkpointing.BEST_INFO_FILE))
+    assert record["global_step"] == "2" and float(record["value"]) == 0.75

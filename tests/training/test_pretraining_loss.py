@@ -23,8 +23,9 @@ def _batch(seed=0):
     }
     mlm_logits = rng.normal(size=(B, P, V)).astype("float32") * 3
     sop_logits = rng.normal(size=(B, 2)).astype("float32")
-    # Make some predictions right so the accuracies are not trivially 0.
-    for b, p in ((0, 0), (1, 2), (2, 0)):
+    # Make some predictions right so the accuracies are not trivially 0; two of them at
+    # padding predictions, which the accuracy must not count.
+    for b, p in ((0, 0), (1, 2), (2, 0), (0, 4), (2, 3)):
         mlm_logits[b, p, features["masked_lm_ids"][b, p]] = 50.0
     return features, mlm_logits, sop_logits
 
@@ -104,3 +105,23 @@ def test_a_batch_without_masked_predictions_has_a_finite_loss():
     features["masked_lm_weights"] = np.zeros((B, P), "float32")
     loss, sums = pretraining_loss(mlm_logits, sop_logits, features, _normalizers(features))
     assert np.isfinite(float(loss)) and float(sums["masked_lm_loss_sum"]) == 0.0
+
+
+def test_padding_records_leave_the_sentence_order_sums_alone():
+    # The last eval batches are filled with padding records (is_real_example 0, weights 0):
+    # the sentence-order loss, accuracy and count must be those of the real records alone.
+    features, mlm_logits, sop_logits = _batch(3)
+    features["is_real_example"] = np.array([1, 1, 0], "int32")
+    features["masked_lm_weights"][2] = 0.0
+    sop_logits[2] = [-4.0, 4.0]  # the padding row's (label 1) guess is right, its CE > 0
+    real = slice(0, 2)
+    normalizers = _normalizers(features, real)
+    loss, sums = pretraining_loss(mlm_logits, sop_logits, features, normalizers)
+    real_features = {k: v[real] for k, v in features.items() if k != "is_real_example"}
+    expected_loss, expected = pretraining_loss(
+        mlm_logits[real], sop_logits[real], real_features, normalizers
+    )
+    assert abs(float(loss) - float(expected_loss)) < 1e-6
+    for name in ("sentence_order_loss_sum", "sentence_order_correct", "sentence_order_examples"):
+        assert abs(float(sums[name]) - float(expected[name])) < 1e-6, name
+    assert float(sums["sentence_order_examples"]) == 2.0
