@@ -55,6 +55,10 @@ _PEER_LOST = "Collective ops is aborted"
 # The allocator's "OOM when allocating tensor with shape[...]" and XLA's "Out of memory while
 # trying to allocate 4.00GiB." (a ResourceExhaustedError can also be a quota, which these are not).
 _OUT_OF_MEMORY = re.compile(r"\bOOM when allocating|\bout of memory\b", re.IGNORECASE)
+# An error of several devices (MirroredStrategy's replicas): "2 root error(s) found.", then
+# one part each, "  (0) RESOURCE_EXHAUSTED:  OOM when allocating ...".
+_ROOT_ERRORS = re.compile(r"^\d+ root error\(s\) found")
+_ROOT_ERROR_PART = re.compile(r"^\s*\(\d+\) [A-Z_]+:\s*(.*)")
 # tf.gather / embedding lookup: "indices[3,5] = 1200 is not in [0, 1000)".
 _OUT_OF_RANGE = re.compile(r"indices\[[\d,]*\] = (-?\d+) is not in \[0, (\d+)\)")
 
@@ -69,9 +73,10 @@ def traceback_requested(verbosity: int | None = None) -> bool:
 def _first_line(message: str) -> str:
     """TensorFlow's message without its `{{function_node ...}}` prefix and `[Op:...]` tail,
     and, for an error raised inside a `tf.function` ("Graph execution error:" and the Python
-    stack that defined the node), the op's own message after that stack."""
+    stack that defined the node), the op's own message after that stack; for an error of
+    several devices ("2 root error(s) found."), the first device's message."""
     message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", str(message)).strip()
-    lines = message.splitlines()
+    lines = every_line = message.splitlines()
     if lines and lines[0].startswith("Graph execution error"):
         own = [
             line
@@ -81,6 +86,10 @@ def _first_line(message: str) -> str:
             and not line.startswith("Detected at node")
         ]
         lines = own or lines
+    if lines and _ROOT_ERRORS.match(lines[0]):
+        # The first device's own message, not the count of devices that failed.
+        parts = [found.group(1) for found in map(_ROOT_ERROR_PART.match, every_line) if found]
+        lines = parts or lines
     message = re.sub(r"\s*\[Op:[^\]]*\].*$", "", lines[0] if lines else "")
     return message.strip()
 

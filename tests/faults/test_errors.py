@@ -172,6 +172,38 @@ def test_out_of_memory_says_which_flags_shrink_it(jit_compile):
     assert "\n" not in message and "function_node" not in message and "allocator" not in message
 
 
+# What a MirroredStrategy over 2 devices raised (TensorFlow 2.21, 2 logical CPUs) when a
+# tensor did not fit on either: one "(i) RESOURCE_EXHAUSTED:" part a replica, after the Python
+# stacks that defined the nodes; its first line says only "2 root error(s) found.".
+_TWO_REPLICAS_OUT_OF_MEMORY = (
+    "Graph execution error:\n\nDetected at node replica_1/random_uniform/RandomUniform defined "
+    'at (most recent call last):\n  File "train.py", line 12, in <lambda>\n\nDetected at node '
+    'random_uniform/RandomUniform defined at (most recent call last):\n  File "train.py", line '
+    "12, in <lambda>\n\n2 root error(s) found.\n  (0) RESOURCE_EXHAUSTED:  OOM when allocating "
+    "tensor with shape[549755813889] and type float on /job:localhost/replica:0/task:0/device:"
+    "CPU:1 by allocator mklcpu\n\t [[{{node replica_1/random_uniform/RandomUniform}}]]\nHint: "
+    "If you want to see a list of allocated tensors when OOM happens, add "
+    "report_tensor_allocations_upon_oom to RunOptions for current allocation info. This isn't "
+    "available when running in Eager mode.\n\n  (1) RESOURCE_EXHAUSTED:  OOM when allocating "
+    "tensor with shape[549755813889] and type float on /job:localhost/replica:0/task:0/device:"
+    "CPU:0 by allocator mklcpu\n\t [[{{node random_uniform/RandomUniform}}]]\nHint: If you "
+    "want to see a list of allocated tensors when OOM happens, add "
+    "report_tensor_allocations_upon_oom to RunOptions for current allocation info. This isn't "
+    "available when running in Eager mode.\n\n0 successful operations.\n0 derived errors "
+    "ignored. [Op:__inference_g_37]"
+)
+
+
+def test_out_of_memory_on_several_replicas_names_the_tensor():
+    error = tf.errors.ResourceExhaustedError(None, None, _TWO_REPLICAS_OUT_OF_MEMORY)
+    message = describe_failure(error)
+    assert message.startswith(
+        "The device ran out of memory (OOM when allocating tensor with shape[549755813889] and "
+        "type float on /job:localhost/replica:0/task:0/device:CPU:1). ALBERT's activations"
+    )
+    assert "\n" not in message and "root error" not in message
+
+
 def test_a_resource_quota_is_not_called_out_of_memory():
     quota = tf.errors.ResourceExhaustedError(None, None, "Quota exceeded for quota metric")
     assert describe_failure(quota) is None
