@@ -100,6 +100,6 @@ def diverged_error(found, first_step, last_step, checkpoint, schedule, advice=""
     return TrainingDivergedError(
         f"Training diverged: the {what} was {value} in {_steps(first_step, last_step)}, so "
         f"these weights were not saved; {resume}, and with the same flags it diverges again "
-        f"(runs are deterministic): lower --learning_rate{rate} or lengthen "
+        f"(the same data and seed): lower --learning_rate{rate} or lengthen "
         f"--num_warmup_steps{warmup}{advice}."
     )

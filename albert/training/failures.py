@@ -54,7 +54,10 @@ _UNPARSABLE = re.compile(r"Name: [^,\n]*, ((?:Key|Feature): [^\n]*)")
 _PEER_LOST = "Collective ops is aborted"
 # The allocator's "OOM when allocating tensor with shape[...]" and XLA's "Out of memory while
 # trying to allocate 4.00GiB." (a ResourceExhaustedError can also be a quota, which these are not).
-_OUT_OF_MEMORY = re.compile(r"\bOOM when allocating|\bout of memory\b", re.IGNORECASE)
+# XLA's GPU allocator says "Failed to allocate request for 4.00GiB (4294967296B) on device".
+_OUT_OF_MEMORY = re.compile(
+    r"\bOOM when allocating|\bout of memory\b|\bfailed to allocate request\b", re.IGNORECASE
+)
 # An error of several devices (MirroredStrategy's replicas): "2 root error(s) found.", then
 # one part each, "  (0) RESOURCE_EXHAUSTED:  OOM when allocating ...".
 _ROOT_ERRORS = re.compile(r"^\d+ root error\(s\) found")

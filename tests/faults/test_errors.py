@@ -204,6 +204,13 @@ def test_out_of_memory_on_several_replicas_names_the_tensor():
     assert "\n" not in message and "root error" not in message
 
 
+def test_xla_gpu_allocation_failure_is_out_of_memory():
+    # XLA's GPU allocator words it differently from TensorFlow's BFC allocator.
+    text = "Failed to allocate request for 12.00GiB (12884901888B) on device ordinal 0"
+    message = describe_failure(tf.errors.ResourceExhaustedError(None, None, text))
+    assert message.startswith(f"The device ran out of memory ({text}).")
+
+
 def test_a_resource_quota_is_not_called_out_of_memory():
     quota = tf.errors.ResourceExhaustedError(None, None, "Quota exceeded for quota metric")
     assert describe_failure(quota) is None
