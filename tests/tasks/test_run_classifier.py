@@ -49,6 +49,15 @@ def test_unset_flags_come_from_the_paper_table():
     assert flag_values.warmup_step == 1000  # the original's name reads the same value
 
 
+def test_flags_given_as_zero_are_kept_not_taken_from_the_table():
+    # 0 is a value: --albert_dropout_prob=0 on QQP (row 0.1) and --warmup_step=0 keep theirs.
+    flag_values = _parsed("--task_name=qqp", "--albert_dropout_prob=0", "--warmup_step=0")
+    taken = hyperparameters.fill_from_table(flag_values, "qqp")
+    assert "albert_dropout_prob" not in taken and "num_warmup_steps" not in taken
+    assert (flag_values.albert_dropout_prob, flag_values.num_warmup_steps) == (0.0, 0)
+    assert flag_values.learning_rate == 5e-5  # An unset flag still takes the row.
+
+
 def test_a_table_warmup_beyond_the_given_steps_is_warned(caplog):
     # CoLA's row warms up for 320 steps; with --train_step=7 the rate would never peak.
     flag_values = _parsed("--task_name=cola", "--train_step=7", "--do_train")
