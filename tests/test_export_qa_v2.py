@@ -5,11 +5,14 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 from albert.data import squad, squad_postprocessing
 from albert.export_qa import export_question_answering
+from albert.export_qa_v2 import SquadV2Serving
 from albert.modeling import AlbertBackbone, AlbertQuestionAnswering
-from albert.tokenization import FullTokenizer
+from albert.text_ops import InGraphTokenizer
+from albert.tokenization import FullTokenizer, load_spm_model
 from tests.helpers import tiny_config
 from tests.test_export_qa import SHARED_SQUAD, SPM_MODEL, _write_dev
 
@@ -112,3 +115,35 @@ def test_served_v2_answers_and_null_scores_are_predictions_and_null_odds_json(tm
     served_scores = out["score"].numpy()[[ids.index(q) for q in found]]
     assert np.max(np.abs(served_scores - scores)) < 1e-4
     assert out["null_score_diff_threshold"].numpy().tolist() == [threshold] * len(ids)
+
+
+# Slow tier: builds and traces the serving function three times (~40 s on 2 cores).
+@pytest.mark.slow
+def test_a_null_score_equal_to_the_threshold_keeps_the_answer():
+    # predictions.json answers "" only when the null score is above the threshold, and a
+    # tuned threshold is one of the dev null scores: at equality the answer stays.
+    model = _v2_model(seed=2)
+    sp_model = load_spm_model(SPM_MODEL)
+    detokenizer = tf_text.SentencepieceTokenizer(model=sp_model.serialized_model_proto())
+    tokenizer = InGraphTokenizer(SPM_MODEL, do_lower_case=True)
+    settings = (MAX_SEQ_LENGTH, MAX_QUERY_LENGTH, MAX_ANSWER_LENGTH, 20, DOC_STRIDE)
+
+    def serve(threshold):
+        module = SquadV2Serving(
+            model,
+            tokenizer,
+            detokenizer,
+            sp_model.unk_id(),
+            *settings,
+            null_score_diff_threshold=threshold,
+        )
+        out = module.serve(
+            question=tf.constant(["who sat there?"]),
+            context=tf.constant(["the cat sat on the mat by the door."]),
+        )
+        return {name: value.numpy()[0] for name, value in out.items()}
+
+    null_score = float(serve(0.0)["null_score"])  # float32, exactly a float64
+    at = serve(null_score)
+    assert at["best_answer"] != b"" and at["answer"] == at["best_answer"]
+    assert serve(np.nextafter(null_score, -np.inf))["answer"] == b""

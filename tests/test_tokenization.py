@@ -240,6 +240,32 @@ def test_wordpiece_cjk_punctuation_and_control(wordpiece):
     ]
 
 
+# BERT's `_is_chinese_char` blocks (first, last code point), as its tokenization.py lists them.
+ORIGINAL_CJK_BLOCKS = [
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
+]
+
+
+def test_wordpiece_cjk_blocks_are_the_originals_to_their_edges():
+    # Each character of the blocks is a word of its own, from the first code point to the
+    # last; the code points just outside stay inside their word.
+    for first, last in ORIGINAL_CJK_BLOCKS:
+        inside = f"a{chr(first)}b{chr(last)}c"
+        assert basic_tokenize(inside, False) == ["a", chr(first), "b", chr(last), "c"]
+        outside = f"a{chr(first - 1)}b{chr(last + 1)}c"
+        if not any(
+            lo <= cp <= hi for cp in (first - 1, last + 1) for lo, hi in ORIGINAL_CJK_BLOCKS
+        ):
+            assert basic_tokenize(outside, False) == [outside]
+
+
 def test_wordpiece_drops_only_format_and_control_characters(wordpiece):
     """The original's `_clean_text` drops categories Cc and Cf only; a private-use (Co) or
     unassigned (Cn) character stays in its word, which then has no WordPiece: [UNK]."""

@@ -91,6 +91,17 @@ def top_k(x, k):
     return np.take_along_axis(x, index, -1), index
 
 
+def original_end_log_probs(w, h, start, p_mask):
+    """The original's v2 end log-probabilities [T] of one window (h [T, H], p_mask [T]),
+    conditioned on the start at position `start`."""
+    h_start = np.broadcast_to(h[start], h.shape)  # [T, H]
+    x = np.concatenate([h, h_start], -1) @ w["end_logits/dense_0/kernel"]
+    x = np.tanh(x + w["end_logits/dense_0/bias"])
+    x = layer_norm(x, w["end_logits/LayerNorm/gamma"], w["end_logits/LayerNorm/beta"])
+    end = (x @ w["end_logits/dense_1/kernel"])[:, 0] + w["end_logits/dense_1/bias"]
+    return log_softmax(end * (1 - p_mask) - 1e30 * p_mask)
+
+
 def original_head(kind, w, backbone_outputs, features, n_top=5):
     """The original's head on the backbone's outputs, in numpy (inference)."""
     pooled = backbone_outputs["pooled_output"].astype("float64")  # [B(*C), H]
@@ -110,13 +121,8 @@ def original_head(kind, w, backbone_outputs, features, n_top=5):
     end_top_log_probs, end_top_index = [], []
     for b in range(h.shape[0]):
         for k in range(n_top):
-            h_start = np.broadcast_to(h[b, start_top_index[b, k]], h[b].shape)  # [T, H]
-            x = np.concatenate([h[b], h_start], -1) @ w["end_logits/dense_0/kernel"]
-            x = np.tanh(x + w["end_logits/dense_0/bias"])
-            x = layer_norm(x, w["end_logits/LayerNorm/gamma"], w["end_logits/LayerNorm/beta"])
-            end = (x @ w["end_logits/dense_1/kernel"])[:, 0] + w["end_logits/dense_1/bias"]
-            end = end * (1 - p_mask[b]) - 1e30 * p_mask[b]
-            values, index = top_k(log_softmax(end), n_top)
+            end_log_probs = original_end_log_probs(w, h[b], start_top_index[b, k], p_mask[b])
+            values, index = top_k(end_log_probs, n_top)
             end_top_log_probs.append(values)
             end_top_index.append(index)
     start_p = np.exp(start_log_probs)  # softmax of the masked start logits
@@ -215,3 +221,30 @@ def test_checkpoint_fine_tuned_on_a_tf_hub_module_loads_with_its_head(tmp_path):
         model.backbone.embeddings.word_embeddings.numpy(),
         module["bert/embeddings/word_embeddings"],
     )
+
+
+def test_squad_v2_training_conditions_the_end_on_the_gold_start(tmp_path):
+    # In training the original's end logits take h at the gold start (start_positions), not
+    # the beam's: each row's end log-probabilities are those of its own gold start.
+    config = tiny_config()
+    shapes = {**reference_tf1_shapes(config, heads=False), **head_shapes("squad_v2")}
+    arrays = random_arrays(shapes, seed=7)
+    for name in arrays:
+        if name.endswith("/gamma"):
+            arrays[name] = (1.0 + 0.5 * arrays[name]).astype("float32")
+    write_tf1(tmp_path / "original" / "model.ckpt-best", arrays)
+    model = build("squad_v2", config)
+    load_checkpoint(model, str(tmp_path / "original"))
+    features = inputs("squad_v2")
+    sequence_output = model.backbone(features)["sequence_output"]  # [B, T, H]
+    gold_starts = np.array([3, 0, 5], "int32")  # [B]: a different start in each row
+    outputs = model.qa_head(sequence_output, features["p_mask"], gold_starts, training=False)
+    h = np.asarray(sequence_output).astype("float64")
+    p_mask = features["p_mask"].astype("float64")
+    for b, start in enumerate(gold_starts):
+        expected = original_end_log_probs(arrays, h[b], start, p_mask[b])
+        got = np.asarray(outputs["end_log_probs"][b])
+        real = p_mask[b] == 0  # masked positions are -1e30 - log Z in both
+        difference = np.max(np.abs(got[real] - expected[real]))
+        assert difference <= TOLERANCE, (b, difference)
+        assert np.all(got[~real] < -1e29)

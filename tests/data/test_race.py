@@ -227,3 +227,7 @@ def test_accuracy_by_level_and_predictions(tmp_path):
     write_predictions(str(tmp_path / "p" / "predictions.json"), examples, logits)
     written = json.loads((tmp_path / "p" / "predictions.json").read_text())
     assert written == {"m-0": "A", "m-1": "C", "h-0": "C"}
+    # Each example keeps its own letter, whatever the order of the predicted options.
+    write_predictions(str(tmp_path / "p" / "predictions.json"), examples, [3, 0, 1])
+    written = json.loads((tmp_path / "p" / "predictions.json").read_text())
+    assert written == {"m-0": "D", "m-1": "A", "h-0": "B"}

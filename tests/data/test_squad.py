@@ -178,6 +178,17 @@ def test_max_context_windows_match_the_original_per_token_scan(num_tokens, windo
         assert windows[position] == _max_context_window_by_scan(spans, position), position
 
 
+def test_a_long_window_outscores_a_short_last_one_by_its_length():
+    # Windows [0-199] and [190-204]. Token 195 has 4 tokens after it in the first window and
+    # 5 before it in the second, but the first is 200 tokens long: 4 + 2.0 > 5 + 0.15, so the
+    # 0.01 * length term of the original's score gives it to the first.
+    spans = doc_spans(205, 200, 190)
+    assert spans == [(0, 200), (190, 15)]
+    windows = max_context_windows(spans)
+    assert windows[194:197] == [0, 0, 1]
+    assert windows == [_max_context_window_by_scan(spans, p) for p in range(205)]
+
+
 def test_conversion_logs_its_progress(tmp_path, monkeypatch, absl_caplog):
     # SQuAD 2.0's 130k training questions take minutes: a line every PROGRESS_SECONDS.
     monkeypatch.setattr(progress, "PROGRESS_SECONDS", 0.0)

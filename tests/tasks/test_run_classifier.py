@@ -2,6 +2,7 @@
 with the MNLI model, --init_checkpoint from a TF1 checkpoint, and one-line user errors."""
 
 import csv
+import dataclasses
 import os
 import subprocess
 import sys
@@ -47,6 +48,31 @@ def test_unset_flags_come_from_the_paper_table():
     hyperparameters.fill_from_table(flag_values, "mismnli")
     assert (flag_values.learning_rate, flag_values.train_batch_size) == (3e-5, 128)
     assert flag_values.warmup_step == 1000  # the original's name reads the same value
+
+
+def test_flags_given_as_zero_are_kept_not_taken_from_the_table():
+    # 0 is a value: --albert_dropout_prob=0 on QQP (row 0.1) and --warmup_step=0 keep theirs.
+    flag_values = _parsed("--task_name=qqp", "--albert_dropout_prob=0", "--warmup_step=0")
+    taken = hyperparameters.fill_from_table(flag_values, "qqp")
+    assert "albert_dropout_prob" not in taken and "num_warmup_steps" not in taken
+    assert (flag_values.albert_dropout_prob, flag_values.num_warmup_steps) == (0.0, 0)
+    assert flag_values.learning_rate == 5e-5  # An unset flag still takes the row.
+
+
+def test_the_table_is_the_one_its_module_documents():
+    # Each row of the paper's table as the module doc prints it (task, lr, batch, steps,
+    # warmup, max_seq_length, dropout) is the row the flags take.
+    doc = hyperparameters.__doc__
+    lines = doc[doc.index("    task ") :].split("\n\n")[0].splitlines()[1:]
+    rows = {line.split()[0]: line.split()[1:] for line in lines}
+    assert len(rows) == 12
+    for task, values in rows.items():
+        row = hyperparameters.PAPER_HYPERPARAMETERS[task]
+        assert dataclasses.astuple(row) == (
+            float(values[0]),
+            *(int(value) for value in values[1:5]),
+            float(values[5]),
+        ), task
 
 
 def test_a_table_warmup_beyond_the_given_steps_is_warned(caplog):
