@@ -1,5 +1,6 @@
 """MultiWorkerMirroredStrategy: two local worker processes (TF_CONFIG on 127.0.0.1) complete a
-short run; only the chief writes checkpoints and summaries to output_dir."""
+short run; only the chief writes checkpoints and summaries to output_dir; killed workers
+resume bit-identical to an uninterrupted two-worker run."""
 
 import json
 import os
@@ -9,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import synthetic_pretraining as synthetic
 import tensorflow as tf
@@ -22,9 +24,9 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _command(tmp_path, output_dir):
+def _command(tmp_path, output_dir, **config_changes):
     data = synthetic.write_records(tmp_path / "train.tfrecord", 120, seed=9)
-    config = synthetic.write_config(tmp_path / "config.json")
+    config = synthetic.write_config(tmp_path / "config.json", **config_changes)
     return [
         sys.executable,
         str(REPO / "run_pretraining.py"),
@@ -165,6 +167,51 @@ def test_a_worker_killed_before_saving_its_input_position(tmp_path):
     for worker in ("worker_0", "worker_1"):
         states = sorted(p.name for p in (output_dir / "input_state" / worker).glob("*.index"))
         assert states == ["ckpt-3.index", "ckpt-6.index"], worker
+
+
+def _values(prefix):
+    """Every variable of a training checkpoint: weights, optimizer slots, step, rng state."""
+    reader = tf.train.load_checkpoint(str(prefix))
+    keys = [k for k in reader.get_variable_to_shape_map() if not k.startswith("_CHECKPOINTABLE")]
+    return {k: reader.get_tensor(k) for k in keys if "save_counter" not in k}
+
+
+def test_the_chief_killed_twice_resumes_bit_identical(tmp_path):
+    """With dropout on, the chief is SIGKILLed after step 4 (nothing saved since step 3),
+    then on the rerun while writing checkpoint 6 (every worker's input state of step 6
+    written, the checkpoint not committed); its peer is killed too, as a launcher would. A
+    last rerun of both ends with every variable of an uninterrupted two-worker run's
+    model.ckpt-6 (weights, optimizer slots, global step, dropout random state) bit-identical.
+    The reference runs alongside."""
+    command = _command(tmp_path, tmp_path / "reference", hidden_dropout_prob=0.1)
+    command = [f for f in command if not f.startswith("--iterations_per_loop")]
+    command.append("--iterations_per_loop=1")
+    reference = _start_workers(command)
+    killed = [f for f in command if not f.startswith("--output_dir")]
+    killed.append(f"--output_dir={tmp_path / 'killed'}")
+    for fault_point in ("train_step:4", "checkpoint_write:6"):
+        workers = _start_workers(killed, fault_points=(fault_point, None))
+        try:
+            log = workers[0].communicate(timeout=240)[1]
+        finally:
+            for worker in workers:  # the peer fails or waits on the dead chief's collective
+                worker.kill()
+            workers[1].communicate()
+        assert workers[0].returncode == -9, log[-3000:]
+        assert f"ALBERT_FAULT_POINT={fault_point}: killing this process" in log
+    workers = _start_workers(killed) + reference
+    logs = _finish(workers)
+    for worker, log in zip(workers, logs, strict=True):
+        assert worker.returncode == 0 and "step 6/6" in log, log[-3000:]
+        assert "reshuffling the data" not in log
+    assert "Resumed from" in logs[0] and "model.ckpt-3 at global step 3" in logs[0]
+
+    expected = _values(tmp_path / "reference" / "model.ckpt-6")
+    got = _values(tmp_path / "killed" / "model.ckpt-6")
+    assert expected.keys() == got.keys()
+    assert any(k.startswith("rng/") for k in got) and any(k.startswith("optimizer/") for k in got)
+    for key in expected:
+        assert np.array_equal(expected[key], got[key]), key
 
 
 def test_a_worker_waiting_for_one_that_never_started_says_so(tmp_path):
