@@ -75,7 +75,7 @@ def diverged_error(found, first_step, last_step, checkpoint, schedule, advice=""
     """The one-line error of a diverged host call.
 
     Args:
-        found: what `what_diverged` returned.
+        found: what `what_diverged` or `nonfinite_weight` returned: (what, its value).
         first_step, last_step: the global steps the call trained (1-based, inclusive).
         checkpoint: the newest checkpoint in `output_dir` (the one a rerun resumes from), or
             None.
