@@ -21,8 +21,8 @@ sentence naming the file and what to do:
     InvalidArgumentError "Bad pretraining record: ..."
                                              a masked position, segment id, label or
                                              weight the model cannot use
-    ResourceExhaustedError "OOM when allocating", "Out of memory while trying to allocate"
-                                             the device (or XLA on it) ran out of memory
+    ResourceExhaustedError "OOM when allocating", "Out of memory while trying to allocate",
+    "Failed to allocate request"             the device (or XLA on it) ran out of memory
     UnavailableError "Collective ops is aborted"
                                              another worker of a multi-worker run died or
                                              became unreachable (every worker must restart)
