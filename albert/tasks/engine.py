@@ -436,9 +436,9 @@ def warn_if_one_class(classes):
     if len(predicted) == 1 and len(labels) > 1:
         logging.warning(
             "Every one of the %d evaluated predictions is class %s, although the labels hold "
-            "%d classes: the model is stuck at chance. Lower --learning_rate (for large or "
-            "xlarge v2 models, the original README's --learning_rate=1e-5 with "
-            "--albert_dropout_prob=0).",
+            "%d classes: if later evaluations say so too, the model is stuck at chance; lower "
+            "--learning_rate (for large or xlarge v2 models, the original README's "
+            "--learning_rate=1e-5 with --albert_dropout_prob=0).",
             len(classes[0]),
             predicted[0],
             len(labels),
