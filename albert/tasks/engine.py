@@ -90,6 +90,10 @@ SHUFFLE_BUFFER_SIZE = 10000
 FEATURES_DIR = "features"
 
 
+# The original README's settings for large and xlarge v2 models that diverge or stay at chance.
+V2_ADVICE = "the original README's --learning_rate=1e-5 with --albert_dropout_prob=0"
+
+
 class FineTuningTask(TrainingTask):
     """A fine-tuning task on `albert.training.loop` (see the module doc for what it supplies).
 
@@ -121,10 +125,7 @@ class FineTuningTask(TrainingTask):
     # classifier read from --init_checkpoint is put in this order (`load_finetuning_weights`).
     head_labels = ()
     # The original README's fix for its v2 models' divergence in fine-tuning (on RACE).
-    divergence_advice = (
-        "; for large or xlarge v2 models, the original README's --learning_rate=1e-5 with "
-        "--albert_dropout_prob=0"
-    )
+    divergence_advice = f"; for large or xlarge v2 models, {V2_ADVICE}"
 
     def __init__(
         self, config, train_batch_size, eval_batch_size, predict_batch_size, max_seq_length
@@ -437,11 +438,11 @@ def warn_if_one_class(classes):
         logging.warning(
             "Every one of the %d evaluated predictions is class %s, although the labels hold "
             "%d classes: if later evaluations say so too, the model is stuck at chance; lower "
-            "--learning_rate (for large or xlarge v2 models, the original README's "
-            "--learning_rate=1e-5 with --albert_dropout_prob=0).",
+            "--learning_rate (for large or xlarge v2 models, %s).",
             len(classes[0]),
             predicted[0],
             len(labels),
+            V2_ADVICE,
         )
 
 
