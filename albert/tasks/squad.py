@@ -276,8 +276,8 @@ class SquadTask(engine.FineTuningTask):
                 "Null threshold tuned by the evaluation of these weights (global step %s).", step
             )
             threshold = evaluation["null_score_diff_threshold"]
-            if predictions is None:
-                self._warn_if_predictions_differ(threshold)
+            if predictions is None:  # An export alone: does predictions.json agree?
+                squad_null_threshold.warn_if_other_than(self._recorded_threshold(), threshold)
             return threshold, f"tuned by the evaluation of these weights (global step {step})"
         if predictions is None:  # A SavedModel exported without predicting: none to tune on.
             recorded = self._recorded_threshold()
@@ -315,22 +315,6 @@ class SquadTask(engine.FineTuningTask):
         if self.output_dir is None or self.final_weights is None:
             return None
         return squad_null_threshold.read_record(self.output_dir, *self.final_weights)
-
-    def _warn_if_predictions_differ(self, threshold):
-        """Warns when predictions.json of these weights was written with a threshold other
-        than `threshold` (their evaluation's), which an export alone serves instead."""
-        recorded = self._recorded_threshold()
-        if recorded is None or recorded["null_score_diff_threshold"] == threshold:
-            return
-        logging.warning(
-            "predictions.json of these weights was written with null threshold %s (%s), not "
-            "their evaluation's %s, which the SavedModel serves; pass "
-            "--null_score_diff_threshold=%s to serve predictions.json's.",
-            recorded["null_score_diff_threshold"],
-            recorded["source"],
-            threshold,
-            recorded["null_score_diff_threshold"],
-        )
 
     def write_predictions(self, predictions, output_dir):
         threshold = None

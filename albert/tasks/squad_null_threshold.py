@@ -85,3 +85,20 @@ def read_record(output_dir, path, step):
         "source": str(record.get("source", "")),
         "path": record_file,
     }
+
+
+def warn_if_other_than(record, threshold):
+    """Warns when `record` (`read_record`'s, or None) holds a threshold other than
+    `threshold`, the one tuned by an evaluation of the same weights, which an export alone
+    serves instead (the flag, given again, serves predictions.json's)."""
+    if record is None or record["null_score_diff_threshold"] == threshold:
+        return
+    logging.warning(
+        "predictions.json of these weights was written with null threshold %s (%s), not "
+        "their evaluation's %s, which the SavedModel serves; pass "
+        "--null_score_diff_threshold=%s to serve predictions.json's.",
+        record["null_score_diff_threshold"],
+        record["source"],
+        threshold,
+        record["null_score_diff_threshold"],
+    )
