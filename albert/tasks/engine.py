@@ -149,6 +149,10 @@ class FineTuningTask(TrainingTask):
         # The eval metrics (with `global_step`) of the weights that predict and export use,
         # once `run` has them; e.g. SQuAD 2.0 predicts with the null threshold tuned there.
         self.final_evaluation = None
+        # The run's output_dir, and (checkpoint path, global step or None) of the weights
+        # that evaluate, predict and export use, once `run` has loaded them.
+        self.output_dir = None
+        self.final_weights = None
 
     # --- What a task supplies --------------------------------------------------------
 
@@ -522,7 +526,9 @@ def feature_cache_dir(cached_dir, output_dir):
 
 
 def use_output_dir(task, output_dir):
-    """Features a task holds in memory go to `output_dir/features` (shared by every host)."""
+    """The task's run writes to `output_dir`; features a task holds in memory go to
+    `output_dir/features` (shared by every host)."""
+    task.output_dir = output_dir
     if task.feature_dir is None:
         task.feature_dir = os.path.join(output_dir, FEATURES_DIR)
 
@@ -557,6 +563,7 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
     if options.do_eval and not options.do_train:
         _evaluate_saved_checkpoints(task, model, strategy, options)
     path, step = load_final_weights(model, options, task.head_labels)
+    task.final_weights = (path, step)
     chief = is_chief(strategy)
     steps_per_call = options.iterations_per_loop
     if options.do_eval:
@@ -576,7 +583,8 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
                 _write_eval_point(options.output_dir, metrics, global_step)
     elif do_predict or export_dir:
         # An export alone serves these weights as predictions.json would (SQuAD 2.0's null
-        # threshold tuned by their evaluation in an earlier run).
+        # threshold tuned by their evaluation in an earlier run, else the one an earlier
+        # --do_predict of them recorded beside predictions.json).
         task.final_evaluation = earlier_evaluation(options.output_dir, path, step)
     if do_predict:
         predictions = _final_predictions(task, model, strategy, steps_per_call, eval_predictions)

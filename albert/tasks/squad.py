@@ -19,7 +19,11 @@ threshold tuned by the final evaluation of the weights that predict (this run's,
 an earlier run wrote to eval_results.txt for the same checkpoint: train and evaluate on dev,
 then predict the test file), else one tuned now when the file has answers, else 0.
 `--export_dir` writes a SavedModel of either head (`albert.export_qa`); the v2 one nulls its
-answers above the threshold predictions.json used (or would use: tuned now is not possible).
+answers above the threshold predictions.json used. A run that only exports has nothing to tune
+on: it takes the flag's, else the one tuned by an evaluation of the same weights
+(eval_results.txt), else the one an earlier --do_predict of them wrote predictions.json with
+(tuned then on its --predict_file, or given), which that run records beside it
+(`albert.tasks.squad_null_threshold`), else 0 with a warning.
 
 Shape letters: B batch, T max_seq_length, K start_n_top, K' end_n_top.
 """
@@ -35,7 +39,7 @@ from albert.data.squad_features import check_window
 from albert.metrics import squad as squad_metrics
 from albert.metrics.squad_threshold import tune_null_threshold
 from albert.modeling import AlbertBackbone, AlbertQuestionAnswering
-from albert.tasks import engine, hyperparameters
+from albert.tasks import engine, hyperparameters, squad_null_threshold
 from albert.tasks import flags as finetuning_flags
 from albert.training import flags as training_flags
 
@@ -257,47 +261,82 @@ class SquadTask(engine.FineTuningTask):
     def null_threshold_for_predictions(self, predictions):
         """The v2 threshold of `write_predictions` (see the module doc): the flag's, else the
         one tuned by the final evaluation of the weights that predict, else one tuned now on
-        `predictions` (--predict_file's model outputs; None: nothing to tune on), else 0."""
+        `predictions` (--predict_file's model outputs; None: nothing to tune on, an export:
+        the one predictions.json of these weights was written with), else 0."""
+        return self._null_threshold(predictions)[0]
+
+    def _null_threshold(self, predictions):
+        """(threshold, how it was chosen) of `null_threshold_for_predictions`."""
         if self.null_score_diff_threshold is not None:
-            return self.null_score_diff_threshold
+            return self.null_score_diff_threshold, "--null_score_diff_threshold"
         evaluation = self.final_evaluation
         if evaluation is not None and "null_score_diff_threshold" in evaluation:
+            step = evaluation.get("global_step")
             logging.info(
-                "Null threshold tuned by the evaluation of these weights (global step %s).",
-                evaluation.get("global_step"),
+                "Null threshold tuned by the evaluation of these weights (global step %s).", step
             )
-            return evaluation["null_score_diff_threshold"]
+            threshold = evaluation["null_score_diff_threshold"]
+            if predictions is None:  # An export alone: does predictions.json agree?
+                squad_null_threshold.warn_if_other_than(self._recorded_threshold(), threshold)
+            return threshold, f"tuned by the evaluation of these weights (global step {step})"
         if predictions is None:  # A SavedModel exported without predicting: none to tune on.
+            recorded = self._recorded_threshold()
+            if recorded is not None and recorded["source"] != squad_null_threshold.UNTUNED:
+                threshold = recorded["null_score_diff_threshold"]
+                logging.info(
+                    "Null threshold %s, as predictions.json of these weights (%s; recorded in %s).",
+                    threshold,
+                    recorded["source"],
+                    recorded["path"],
+                )
+                return threshold, recorded["source"]
             logging.warning(
-                "No null threshold for the SQuAD 2.0 SavedModel (no evaluation of these weights "
-                "in eval_results.txt): it nulls answers above 0.0, not above one an earlier "
-                "--do_predict tuned on --predict_file; pass --null_score_diff_threshold, or "
-                "export in the run that predicts (--do_predict) or evaluates (--do_eval)."
+                "No null threshold for the SQuAD 2.0 SavedModel (none given, none tuned by an "
+                "evaluation of these weights in eval_results.txt or by a --do_predict of them "
+                "on a --predict_file with answers): it nulls answers above 0.0; pass "
+                "--null_score_diff_threshold, or export in the run that predicts (--do_predict) "
+                "or evaluates (--do_eval)."
             )
-            return 0.0
+            return 0.0, squad_null_threshold.UNTUNED
         if self.gold_dataset(engine.PREDICT):
             logging.info("Null threshold tuned on --predict_file (it has answers).")
-            return self.evaluate_predictions(predictions)["null_score_diff_threshold"]
+            threshold = self.evaluate_predictions(predictions)["null_score_diff_threshold"]
+            return threshold, "tuned on --predict_file"
         logging.warning(
             "No null threshold tuned (no evaluation of these weights in eval_results.txt, and "
             "the predict file has no answers): using 0.0; pass --null_score_diff_threshold "
             "tuned on dev, or evaluate on dev first (--do_eval) in the same --output_dir."
         )
-        return 0.0
+        return 0.0, squad_null_threshold.UNTUNED
+
+    def _recorded_threshold(self):
+        """The record of the threshold predictions.json of the final weights was written with
+        (`albert.tasks.squad_null_threshold`), or None."""
+        if self.output_dir is None or self.final_weights is None:
+            return None
+        return squad_null_threshold.read_record(self.output_dir, *self.final_weights)
 
     def write_predictions(self, predictions, output_dir):
         threshold = None
         if self.version_2_with_negative:
-            threshold = self.null_threshold_for_predictions(predictions)
+            threshold, source = self._null_threshold(predictions)
             logging.info("SQuAD 2.0 predictions with null_score_diff_threshold=%s.", threshold)
             self.prediction_null_threshold = threshold  # The export's too.
         answers, nbest, null_odds = self.answers(predictions, engine.PREDICT, threshold)
         paths = squad_postprocessing.write_predictions(output_dir, answers, nbest, null_odds)
+        if threshold is not None and self.final_weights is not None:
+            # For a later run that only exports these weights (`run` calls this on the chief).
+            record = squad_null_threshold.write_record(
+                output_dir, *self.final_weights, threshold, source
+            )
+            logging.info("Null threshold of predictions.json recorded in %s.", record)
         return list(paths.values())
 
     def export_null_threshold(self):
         """The v2 SavedModel's null threshold: predictions.json's when this run wrote it,
-        else chosen as for predictions.json, without tuning (no predictions to tune on)."""
+        else chosen as for predictions.json, without tuning (no predictions to tune on): the
+        flag's, their evaluation's, or the one an earlier run's predictions.json of these
+        weights was written with (`albert.tasks.squad_null_threshold`), else 0."""
         if self.prediction_null_threshold is not None:
             return self.prediction_null_threshold
         return self.null_threshold_for_predictions(None)

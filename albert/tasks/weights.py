@@ -128,18 +128,25 @@ def earlier_evaluation(output_dir, path, step):
     """The final evaluation an earlier run wrote to `output_dir/eval_results.txt` for the
     weights at `path` (global step `step`), or None.
 
-    A block matches when it names the same weights (`_same_weights`) of the same global step
-    and the file was written after them: `model.ckpt-best` rewritten by later training (with
-    --nodo_eval) is not matched by the evaluation of the weights it replaced.
+    A block matches when it names the same weights (`names_weights`) and the file was
+    written after them: `model.ckpt-best` rewritten by later training (with --nodo_eval) is
+    not matched by the evaluation of the weights it replaced.
     """
     blocks = read_eval_results(output_dir)
     for results in reversed(blocks):
-        checkpoint = str(results.get("checkpoint", ""))
-        same_step = _step_text(results.get("global_step")) == _step_text(step)
-        if _same_weights(output_dir, checkpoint, path, step) and same_step:
+        if names_weights(output_dir, results, path, step):
             results_file = os.path.join(output_dir, EVAL_RESULTS_FILE)
-            return results if _written_after(results_file, path) else None
+            return results if written_after(results_file, path) else None
     return None
+
+
+def names_weights(output_dir, record, path, step):
+    """Whether `record` (a dict holding the `checkpoint` and `global_step` of some weights, as
+    an eval_results.txt block does) names the weights at `path` (global step `step`) of a run
+    in `output_dir`: the same weights (`_same_weights`) of the same global step."""
+    checkpoint = str(record.get("checkpoint", ""))
+    same_step = _step_text(record.get("global_step")) == _step_text(step)
+    return _same_weights(output_dir, checkpoint, path, step) and same_step
 
 
 def _step_text(step):
@@ -166,9 +173,11 @@ def _normalised(path):
     return path.rstrip("/") if is_remote(path) else os.path.abspath(path)
 
 
-def _written_after(results_file, path):
+def written_after(record_file, path):
+    """Whether `record_file` was written after the weights at `path` (a checkpoint's index,
+    else the file or directory itself); False when `path` does not exist."""
     for written in (path + ".index", path):
         if tf.io.gfile.exists(written):
             mtime = tf.io.gfile.stat(written).mtime_nsec
-            return tf.io.gfile.stat(results_file).mtime_nsec >= mtime
+            return tf.io.gfile.stat(record_file).mtime_nsec >= mtime
     return False

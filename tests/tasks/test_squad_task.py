@@ -333,8 +333,125 @@ def test_a_v2_export_without_a_threshold_says_why_it_uses_zero(absl_caplog):
     # has no answers", also when it has and an earlier --do_predict tuned on it.
     task = _task(True)
     assert task.export_null_threshold() == 0.0
-    assert "not above one an earlier --do_predict tuned on --predict_file" in absl_caplog.text
+    assert "it nulls answers above 0.0; pass --null_score_diff_threshold" in absl_caplog.text
     assert "the predict file has no answers" not in absl_caplog.text
+
+
+def _checkpoint(directory, step):
+    """(path, step) of a training checkpoint of `directory` (its index file only)."""
+    directory.mkdir(exist_ok=True)
+    path = directory / f"model.ckpt-{step}"
+    Path(f"{path}.index").write_text("")
+    return str(path), step
+
+
+def _export_only(output_dir, weights, **settings):
+    """The SQuAD 2.0 task of a run that only exports `weights` from `output_dir`."""
+    task = _task(True)
+    for name, value in settings.items():
+        setattr(task, name, value)
+    task.output_dir, task.final_weights = str(output_dir), weights
+    return task
+
+
+def _predict_with(output_dir, weights, monkeypatch, flag=None, tuned=None):
+    """write_predictions of a --do_predict run of `weights` in `output_dir`, with the
+    threshold `flag` (--null_score_diff_threshold), else `tuned` on a --predict_file with
+    answers, else none (a test file); the model's outputs are not needed to choose it."""
+    task = _export_only(output_dir, weights, null_score_diff_threshold=flag)
+    monkeypatch.setattr(task, "answers", lambda *args: ({}, {}, {}))
+    monkeypatch.setattr(task, "gold_dataset", lambda role: [{}] if tuned is not None else None)
+    monkeypatch.setattr(
+        task, "evaluate_predictions", lambda predictions: {"null_score_diff_threshold": tuned}
+    )
+    task.write_predictions({}, str(output_dir))
+    return task
+
+
+@pytest.mark.parametrize("chosen", ["flag", "tuned"])
+def test_a_v2_export_alone_serves_the_threshold_of_predictions_json(
+    tmp_path, monkeypatch, absl_caplog, chosen
+):
+    # Run 1 --do_predict (threshold tuned on a --predict_file with answers, or given), run 2
+    # --export_dir alone, of the same weights: run 2 served 0.0, not predictions.json's.
+    weights = _checkpoint(tmp_path, 4)
+    _predict_with(tmp_path, weights, monkeypatch, **{chosen: -0.75})
+    record = json.loads((tmp_path / "predictions_null_threshold.json").read_text())
+    assert record["null_score_diff_threshold"] == -0.75
+    assert (record["checkpoint"], record["global_step"]) == weights
+    absl_caplog.clear()
+    assert _export_only(tmp_path, weights).export_null_threshold() == -0.75
+    source = "--null_score_diff_threshold" if chosen == "flag" else "tuned on --predict_file"
+    assert f"Null threshold -0.75, as predictions.json of these weights ({source}" in (
+        absl_caplog.text
+    )
+    # predictions.json rewritten with none (a test file): 0.0 and the warning, as it.
+    _predict_with(tmp_path, weights, monkeypatch)
+    absl_caplog.clear()
+    assert _export_only(tmp_path, weights).export_null_threshold() == 0.0
+    assert "it nulls answers above 0.0" in absl_caplog.text
+
+
+def test_a_v2_export_takes_the_recorded_threshold_of_its_weights_only(
+    tmp_path, monkeypatch, absl_caplog
+):
+    weights = _checkpoint(tmp_path, 4)
+    _predict_with(tmp_path, weights, monkeypatch, flag=-0.75)
+    assert _export_only(tmp_path, weights).export_null_threshold() == -0.75
+    for other in (
+        _checkpoint(tmp_path, 8),
+        (weights[0], 8),
+        _checkpoint(tmp_path / "other_run", 4),
+    ):
+        absl_caplog.clear()
+        assert _export_only(tmp_path, other).export_null_threshold() == 0.0, other
+        assert "it nulls answers above 0.0" in absl_caplog.text
+    # The same file rewritten after predicting (training went on with --nodo_eval).
+    later = (tmp_path / "predictions_null_threshold.json").stat().st_mtime_ns + 10**9
+    os.utime(f"{weights[0]}.index", ns=(later, later))
+    assert _export_only(tmp_path, weights).export_null_threshold() == 0.0
+
+
+def test_the_flag_and_an_evaluation_win_over_the_recorded_threshold(
+    tmp_path, monkeypatch, absl_caplog
+):
+    weights = _checkpoint(tmp_path, 4)
+    _predict_with(tmp_path, weights, monkeypatch, flag=-0.75)
+    evaluation = {"global_step": 4, "null_score_diff_threshold": 1.5}
+    task = _export_only(tmp_path, weights, null_score_diff_threshold=0.25)
+    assert task.export_null_threshold() == 0.25
+    task.final_evaluation = evaluation
+    assert task.export_null_threshold() == 0.25
+    assert "predictions.json of these weights was written" not in absl_caplog.text
+    # An evaluation of these weights (eval_results.txt) wins, saying what predictions.json used.
+    assert (
+        _export_only(tmp_path, weights, final_evaluation=evaluation).export_null_threshold() == 1.5
+    )
+    assert (
+        "predictions.json of these weights was written with null threshold -0.75 "
+        "(--null_score_diff_threshold), not their evaluation's 1.5" in absl_caplog.text
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["{not json", "[]", '{"checkpoint": "model.ckpt-4"}', '{"null_score_diff_threshold": "-1"}'],
+)
+def test_a_damaged_threshold_record_is_one_warning_and_not_served(
+    tmp_path, monkeypatch, absl_caplog, text
+):
+    weights = _checkpoint(tmp_path, 4)
+    _predict_with(tmp_path, weights, monkeypatch, flag=-0.75)
+    record = tmp_path / "predictions_null_threshold.json"
+    record.write_text(text)
+    absl_caplog.clear()
+    assert _export_only(tmp_path, weights).export_null_threshold() == 0.0
+    warnings = [r.getMessage() for r in absl_caplog.records if r.levelname == "WARNING"]
+    ignored = [
+        w for w in warnings if w.startswith(f"Ignoring {record}: not a readable threshold record")
+    ]
+    assert len(ignored) == 1 and "\n" not in ignored[0], warnings
+    assert any("it nulls answers above 0.0" in w for w in warnings)
 
 
 def test_earlier_evaluation_is_of_the_same_weights(tmp_path):
@@ -421,6 +538,30 @@ def test_v2_test_file_predictions_take_the_threshold_tuned_on_dev(tmp_path):
         predictions = json.loads((output_dir / "predictions.json").read_text())
         assert len(predictions) == 12
         assert all((text == "") == all_null for text in predictions.values()), predictions
+
+
+@pytest.mark.slow
+def test_v2_export_alone_serves_the_threshold_an_earlier_predict_used(tmp_path, monkeypatch):
+    # Trained without an evaluation, then --do_predict of a test file with the threshold as
+    # a flag, then --export_dir alone: the SavedModel served 0.0, not predictions.json's.
+    from albert import export_qa
+
+    config = synthetic.write_config(tmp_path / "config.json")
+    dev = write_marker_squad(tmp_path / "dev.json", 12, seed=1)
+    test_file = write_without_answers(dev, tmp_path / "test.json")
+    common = [*tiny_flags(config, tmp_path / "out", dev, test_file), "--version_2_with_negative"]
+    run_squad(*common, "--train_step=2", "--save_checkpoints_steps=2", "--do_train")
+    run_squad(*common, "--null_score_diff_threshold=-1e9", "--do_predict")
+    predictions = json.loads((tmp_path / "out" / "predictions.json").read_text())
+    assert set(predictions.values()) == {""}  # every null score is above -1e9
+    served = []
+    monkeypatch.setattr(
+        export_qa,
+        "export_question_answering",
+        lambda *args, **settings: served.append(settings["null_score_diff_threshold"]),
+    )
+    run_squad(*common, f"--export_dir={tmp_path / 'export'}")
+    assert served == [-1e9]
 
 
 @pytest.mark.slow
