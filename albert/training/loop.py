@@ -171,6 +171,7 @@ def _run_locked(task, strategy, options, optimizer_fn):
     state = _build(task, strategy, options, optimizer_fn)
     try:
         restored = state.checkpoints.restore_latest()
+        strategy_lib.check_same_step(state.strategy, state.step, options.output_dir)
         if restored is None and options.do_train:
             _refuse_earlier_records(options.output_dir)
         if restored is None and options.init_checkpoint:
