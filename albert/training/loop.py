@@ -277,8 +277,10 @@ def _training_input(state):
         dataset_fn = lambda context: state.task.train_dataset(context, seed)  # noqa: E731
         return DistributedInput(state.strategy, dataset_fn, checkpointable=checkpointable)
 
-    data = make(options.seed)
-    if step and not (checkpointable and _restore_input(state, data.iterator, step)):
+    # A resumed TPU run has no position to restore: its first pass is not built at all (on a
+    # pod slice that would start every host's input pipeline, only to drop it).
+    data = make(options.seed) if checkpointable or not step else None
+    if step and not (data is not None and _restore_input(state, data.iterator, step)):
         # Nothing to restore the data position from: a new pass, reshuffled, rather than
         # replaying the examples the first steps already saw.
         logging.warning("No saved input position for step %d; reshuffling the data.", step)
