@@ -185,11 +185,11 @@ def test_workers_that_resume_from_different_steps_stop(tmp_path):
 
     workers = _start_workers([[*c, "--num_train_steps=6"] for c in commands])
     logs = _finish(workers)
-    for worker, log in zip(workers, logs, strict=True):
+    for index, (worker, log) in enumerate(zip(workers, logs, strict=True)):
         assert worker.returncode == 2, log[-3000:]
         assert (
-            "The workers resumed from different checkpoints (worker 0 step 3, worker 1 step 0; "
-            "0: none found)"
+            f"The workers see different checkpoints in --output_dir={tmp_path / f'out{index}'} "
+            "(worker 0 step 3, worker 1 step 0; 0: none): each reads a folder of its own"
         ) in log, log[-3000:]
         assert "step 6/6" not in log
     assert Path(tf.train.latest_checkpoint(str(tmp_path / "out0"))).name == "model.ckpt-3"
