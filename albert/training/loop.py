@@ -199,7 +199,7 @@ def _run_locked(task, strategy, options, optimizer_fn):
 
 
 def _build(task, strategy, options, optimizer_fn):
-    worker_index, _, chief = strategy_lib.worker_info(strategy)
+    worker_index, num_workers, chief = strategy_lib.worker_info(strategy)
     if chief:
         tf.io.gfile.makedirs(options.output_dir)
     write_dir = strategy_lib.writable_dir(options.output_dir, strategy)
@@ -226,6 +226,7 @@ def _build(task, strategy, options, optimizer_fn):
         max_to_keep=options.keep_checkpoint_max,
         worker_index=worker_index,
         wait_for_workers=strategy_lib.worker_barrier(strategy),
+        num_workers=num_workers,
     )
     micro_batches = options.gradient_accumulation_steps
     if options.do_train and micro_batches > 1:
