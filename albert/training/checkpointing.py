@@ -13,8 +13,8 @@ without it. Beside it, `ckpt-<step>.element_spec.json` holds the shapes of the b
 yields and the number of workers: a rerun whose batches differ (another `--train_batch_size`
 or `--max_seq_length`) does not restore it (the loop then starts a reshuffled pass), as its
 buffered batches of the old shape would fail the first step; nor does a rerun on another
-number of workers, whose pipelines read other shares of the files. The best weights by the task's metric are kept as
-`model.ckpt-best` (see `TrainingTask.save_best`).
+number of workers, whose pipelines read other shares of the files. The best weights by the
+task's metric are kept as `model.ckpt-best` (see `TrainingTask.save_best`).
 
 A checkpoint whose files are damaged (a disk that filled up, a copy cut short) is skipped on
 resume for the newest intact one, with a warning naming it.

@@ -298,6 +298,9 @@ def check_same_step(strategy, step, output_dir):
         strategy: the run's strategy (one worker, TPU pods included: nothing to check).
         step: the global step of the checkpoint this worker restored or found (0: none).
         output_dir: `--output_dir`, for the message.
+
+    Raises:
+        StrategyError: the workers' steps differ (on every worker).
     """
     _, num_workers, _ = worker_info(strategy)
     if num_workers < 2:
