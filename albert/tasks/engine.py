@@ -75,7 +75,7 @@ from albert.tasks.weights import earlier_evaluation, load_final_weights, load_fi
 from albert.training import checkpointing, loop, predict, pruning
 from albert.training.inputs import fit_batch_size, per_replica_batch_size, pipeline_seed
 from albert.training.run_lock import output_dir_lock
-from albert.training.strategy import is_chief, worker_barrier
+from albert.training.strategy import check_same_step, is_chief, worker_barrier
 from albert.training.summaries import ScalarWriter
 from albert.training.task import TrainingTask
 
@@ -558,6 +558,11 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
         results = loop.run(task, strategy, options, optimizer_fn)
     if not (options.do_eval or do_predict or export_dir):
         return results
+    # Every worker evaluates and predicts with the checkpoints it finds in output_dir itself
+    # (the state file only: reading a checkpoint back costs its size).
+    newest = tf.train.latest_checkpoint(options.output_dir)
+    newest_step = checkpointing.checkpoint_step(newest) if newest else 0
+    check_same_step(strategy, newest_step, options.output_dir)
     with strategy.scope():
         model = task.create_model()
     if options.do_eval and not options.do_train:

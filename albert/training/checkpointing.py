@@ -10,10 +10,11 @@ input state exists. With several workers (MultiWorkerMirroredStrategy) each writ
 and the chief commits only after every worker has (`wait_for_workers`, a cross-worker
 barrier), so a worker killed before it saved its position cannot leave a committed checkpoint
 without it. Beside it, `ckpt-<step>.element_spec.json` holds the shapes of the batches it
-yields: a rerun whose batches differ (another `--train_batch_size` or `--max_seq_length`) does
-not restore it (the loop then starts a reshuffled pass), as its buffered batches of the old
-shape would fail the first step. The best weights by the task's metric are kept as
-`model.ckpt-best` (see `TrainingTask.save_best`).
+yields and the number of workers: a rerun whose batches differ (another `--train_batch_size`
+or `--max_seq_length`) does not restore it (the loop then starts a reshuffled pass), as its
+buffered batches of the old shape would fail the first step; nor does a rerun on another
+number of workers, whose pipelines read other shares of the files. The best weights by the
+task's metric are kept as `model.ckpt-best` (see `TrainingTask.save_best`).
 
 A checkpoint whose files are damaged (a disk that filled up, a copy cut short) is skipped on
 resume for the newest intact one, with a warning naming it.
@@ -124,6 +125,34 @@ def element_spec_signature(iterator):
     return json.dumps(specs, sort_keys=True)
 
 
+def input_signature(iterator, num_input_pipelines):
+    """What a saved input position must match to be restored, as JSON: the batches'
+    shapes and dtypes, and the number of input pipelines (workers) the data is shared
+    among, which decides each pipeline's files (`albert.data.records`)."""
+    specs = json.loads(element_spec_signature(iterator))
+    return json.dumps({"element_spec": specs, "input_pipelines": num_input_pipelines})
+
+
+def _saved_input_mismatch(saved, iterator, num_input_pipelines):
+    """Why the position whose `input_signature` is `saved` cannot resume `iterator`, or
+    None. A position saved before the signature held the pipelines is checked by its
+    shapes alone."""
+    loaded = json.loads(saved)
+    if isinstance(loaded, dict) and set(loaded) == {"element_spec", "input_pipelines"}:
+        if loaded["input_pipelines"] != num_input_pipelines:
+            return (
+                f"it was saved by one of {loaded['input_pipelines']} workers, and this run "
+                f"has {num_input_pipelines}: they share the data out otherwise"
+            )
+        saved = json.dumps(loaded["element_spec"], sort_keys=True)
+    if saved != element_spec_signature(iterator):
+        return (
+            "it holds batches of another shape; were --train_batch_size or --max_seq_length "
+            "changed?"
+        )
+    return None
+
+
 def first_line(error):
     return str(error).strip().splitlines()[0][:300]
 
@@ -137,6 +166,7 @@ class TrainingCheckpoints:
         model, optimizer, global_step: what to save.
         max_to_keep: `--keep_checkpoint_max`; 0 keeps every checkpoint.
         worker_index: this worker's index (names its input-state files).
+        num_workers: the workers (input pipelines) of the run, saved with the input state.
         wait_for_workers: called between writing this worker's input state and committing
             the checkpoint; returns once every worker has written its own (a barrier), or
             None with one worker.
@@ -152,12 +182,14 @@ class TrainingCheckpoints:
         max_to_keep,
         worker_index=0,
         wait_for_workers=None,
+        num_workers=1,
     ):
         self.output_dir = output_dir
         self.wait_for_workers = wait_for_workers or (lambda: None)
         self.write_dir = write_dir
         self.global_step = global_step
         self.worker_index = worker_index
+        self.num_workers = num_workers
         self.model = model
         self.optimizer_variables = list(optimizer.variables)
         # A float16 run's LossScaleOptimizer adds its own variables (the loss scale, its
@@ -237,7 +269,8 @@ class TrainingCheckpoints:
         """Restores `iterator` to where it was at `step`; returns False if nothing was saved.
 
         Raises:
-            ValueError: the state was saved for batches of another shape or dtype.
+            ValueError: the state was saved for batches of another shape or dtype, or by a
+                run of another number of workers (whose pipelines read other files).
         """
         prefix = self._input_state_prefix(step)
         if not tf.io.gfile.exists(prefix + ".index"):
@@ -246,11 +279,9 @@ class TrainingCheckpoints:
         if tf.io.gfile.exists(spec_path):  # Older runs saved none.
             with tf.io.gfile.GFile(spec_path) as f:
                 saved = f.read()
-            if saved != element_spec_signature(iterator):
-                raise ValueError(
-                    "it holds batches of another shape; were --train_batch_size or "
-                    "--max_seq_length changed?"
-                )
+            mismatch = _saved_input_mismatch(saved, iterator, self.num_workers)
+            if mismatch:
+                raise ValueError(mismatch)
         tf.train.Checkpoint(iterator=iterator).read(prefix).assert_consumed()
         return True
 
@@ -258,7 +289,7 @@ class TrainingCheckpoints:
         if self.input_iterator is not None:
             prefix = self._input_state_prefix(step)
             fileio.write_text(
-                prefix + INPUT_SPEC_SUFFIX, element_spec_signature(self.input_iterator)
+                prefix + INPUT_SPEC_SUFFIX, input_signature(self.input_iterator, self.num_workers)
             )
             tf.train.Checkpoint(iterator=self.input_iterator).write(prefix)
 

@@ -171,6 +171,7 @@ def _run_locked(task, strategy, options, optimizer_fn):
     state = _build(task, strategy, options, optimizer_fn)
     try:
         restored = state.checkpoints.restore_latest()
+        strategy_lib.check_same_step(state.strategy, state.step, options.output_dir)
         if restored is None and options.do_train:
             _refuse_earlier_records(options.output_dir)
         if restored is None and options.init_checkpoint:
@@ -198,7 +199,7 @@ def _run_locked(task, strategy, options, optimizer_fn):
 
 
 def _build(task, strategy, options, optimizer_fn):
-    worker_index, _, chief = strategy_lib.worker_info(strategy)
+    worker_index, num_workers, chief = strategy_lib.worker_info(strategy)
     if chief:
         tf.io.gfile.makedirs(options.output_dir)
     write_dir = strategy_lib.writable_dir(options.output_dir, strategy)
@@ -225,6 +226,7 @@ def _build(task, strategy, options, optimizer_fn):
         max_to_keep=options.keep_checkpoint_max,
         worker_index=worker_index,
         wait_for_workers=strategy_lib.worker_barrier(strategy),
+        num_workers=num_workers,
     )
     micro_batches = options.gradient_accumulation_steps
     if options.do_train and micro_batches > 1:
@@ -276,8 +278,10 @@ def _training_input(state):
         dataset_fn = lambda context: state.task.train_dataset(context, seed)  # noqa: E731
         return DistributedInput(state.strategy, dataset_fn, checkpointable=checkpointable)
 
-    data = make(options.seed)
-    if step and not (checkpointable and _restore_input(state, data.iterator, step)):
+    # A resumed TPU run has no position to restore: its first pass is not built at all (on a
+    # pod slice that would start every host's input pipeline, only to drop it).
+    data = make(options.seed) if checkpointable or not step else None
+    if step and not (data is not None and _restore_input(state, data.iterator, step)):
         # Nothing to restore the data position from: a new pass, reshuffled, rather than
         # replaying the examples the first steps already saw.
         logging.warning("No saved input position for step %d; reshuffling the data.", step)

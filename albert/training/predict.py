@@ -74,8 +74,13 @@ class Predictor:
         # Concatenated in replica order (across workers too): [global batch, ...].
         return {name: self.strategy.gather(value, axis=0) for name, value in outputs.items()}
 
-    def _loop_fn(self, iterator, num_steps):
+    def _loop_fn(self, iterator, num_steps, counted):
         """Up to `num_steps` batches (fewer when the data ends) in one host call.
+
+        `counted` (a Python bool): the iterator holds at least `num_steps` more batches, so
+        each is fetched with `get_next`, which hands the replicas their static shapes (TPUs
+        compile for them); otherwise with `get_next_as_optional`, which finds the end but
+        wraps each batch in a `tf.cond` with an empty stand-in, of unknown batch size.
 
         Returns:
             (batches run, dict of name -> [batches run, global batch, ...]).
@@ -86,7 +91,10 @@ class Predictor:
         }
         steps = tf.constant(0, tf.int32)
         for _ in tf.range(num_steps):
-            batch = iterator.get_next_as_optional()
+            if counted:
+                batch = tf.experimental.Optional.from_value(iterator.get_next())
+            else:
+                batch = iterator.get_next_as_optional()
             if not batch.has_value():
                 break
             outputs = self._step_fn(batch.get_value())
@@ -143,7 +151,8 @@ class Predictor:
         while remaining is None or remaining > 0:
             wanted = min(steps_per_call, call_size, remaining or call_size)
             start = time.perf_counter()
-            steps, outputs = self._loop(iterator, tf.constant(wanted, tf.int32))
+            counted = remaining is not None  # never more than the batches left
+            steps, outputs = self._loop(iterator, tf.constant(wanted, tf.int32), counted)
             steps = int(steps)
             # The first call also traces and compiles the loop: no rate from it.
             seconds = None if not (chunks and timed) else time.perf_counter() - start

@@ -249,10 +249,11 @@ class Trainer:
         self.eval_metrics.reset()
         steps = tf.constant(0, tf.int64)
         for _ in tf.range(num_steps):
-            batch = iterator.get_next_as_optional()
-            if not batch.has_value():
-                break
-            features = batch.get_value()
+            # Every pipeline yields `num_steps` full batches (`TrainingTask.eval_dataset`):
+            # `get_next` hands them to the replicas with their static shapes, which TPUs
+            # compile for (`get_next_as_optional` would wrap each in a `tf.cond` with an
+            # empty stand-in, of unknown batch size).
+            features = iterator.get_next()
             normalizers = self.strategy.run(self._normalizers, args=(features,))
             # Eval pipelines pad with weight-0 records once their data runs out, real records
             # first (`TrainingTask.eval_dataset`): a global batch without a real example means
@@ -283,8 +284,8 @@ class Trainer:
         return self.train_metrics.read()
 
     def evaluate(self, iterator, num_steps):
-        """Runs up to `num_steps` eval steps (fewer if the data ends, or from the first
-        global batch of padding alone); returns float sums, with `steps` the number of
-        batches run."""
+        """Runs up to `num_steps` eval steps over an iterator of at least as many batches
+        (fewer from the first global batch of padding alone); returns float sums, with
+        `steps` the number of batches run."""
         steps = self._eval_loop(iterator, tf.constant(num_steps, tf.int64))
         return {**self.eval_metrics.read(), "steps": float(steps)}

@@ -283,6 +283,41 @@ def worker_barrier(strategy):
     return barrier
 
 
+def check_same_step(strategy, step, output_dir):
+    """Raises StrategyError on every worker unless all of them see the same checkpoint.
+
+    Each worker restores (or evaluates) the newest checkpoint of `output_dir` itself, so all
+    of them must read one directory (shared storage or gs://). A worker reading another one
+    (its own local disk) resumes from another step or starts over: the replicas would then
+    train different weights, the chief would save a mix of them, and the workers would fall
+    out of step at the end of the run (an evaluation would run a different number of passes
+    on each). The steps are gathered from every worker (a collective: every worker calls
+    this at the same point), so all of them stop, none left waiting.
+
+    Args:
+        strategy: the run's strategy (one worker, TPU pods included: nothing to check).
+        step: the global step of the checkpoint this worker restored or found (0: none).
+        output_dir: `--output_dir`, for the message.
+
+    Raises:
+        StrategyError: the workers' steps differ (on every worker).
+    """
+    _, num_workers, _ = worker_info(strategy)
+    if num_workers < 2:
+        return
+    local = strategy.run(lambda: tf.constant([step], tf.int64))
+    # [replicas] in replica order; each worker's replicas are contiguous.
+    steps = strategy.gather(local, axis=0).numpy().reshape(num_workers, -1)[:, 0]
+    if len(set(steps.tolist())) > 1:
+        found = ", ".join(f"worker {i} step {s}" for i, s in enumerate(steps))
+        raise StrategyError(
+            f"The workers see different checkpoints in --output_dir={output_dir} ({found}; "
+            "0: none): each reads a folder of its own by that name. Every worker must read "
+            "and write one directory (shared storage or gs://); rerun with such an "
+            "--output_dir."
+        )
+
+
 def remove_worker_dir(path, output_dir):
     """Deletes a directory `writable_dir` created for a non-chief worker."""
     if path != output_dir and os.path.isdir(path):

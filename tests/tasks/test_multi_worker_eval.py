@@ -103,3 +103,52 @@ def test_every_worker_loads_the_best_checkpoint_the_chief_wrote(tmp_path):
     # The eval scalars of checkpoints 2, 4 and 6 come from the chief alone: one event file.
     assert len(list((output_dir / "eval").glob("events.out.tfevents.*"))) == 1
     assert {"accuracy", "loss"} <= scalar_tags(output_dir / "eval")
+
+
+def test_workers_that_see_different_checkpoints_stop(tmp_path):
+    """Each worker reads its own --output_dir (a local disk on each machine, simulated by
+    two folders): the chief finds checkpoints 2 and 4, worker 1 none. Both must stop at
+    once, saying why, rather than the chief evaluating checkpoints while worker 1 waits for
+    it elsewhere (the two would pair up collectives of different passes)."""
+    data_dir = synthetic.write_sst2(tmp_path / "glue", num_train=64, num_dev=20, num_test=4)
+    config = synthetic.write_config(tmp_path / "config.json")
+    flags = [f"--spm_model_file={synthetic.SPM_MODEL}", "--strategy=multi_worker"]
+    synthetic.run_classifier(
+        *synthetic.tiny_run_flags(data_dir, tmp_path / "out0", config, "sst-2"),
+        "--train_step=4",
+        "--save_checkpoints_steps=2",
+        "--do_train",
+        "--nodo_eval",
+    )
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+    workers = []
+    for index in range(2):
+        env = dict(
+            os.environ,
+            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+            TF_CPP_MIN_LOG_LEVEL="3",
+            PYTHONPATH=str(REPO),
+        )
+        run_flags = synthetic.tiny_run_flags(data_dir, tmp_path / f"out{index}", config, "sst-2")
+        command = [sys.executable, "-m", "albert.run_classifier", *run_flags, *flags]
+        workers.append(
+            subprocess.Popen(
+                [*command, "--nodo_train", "--do_eval"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    try:
+        logs = [worker.communicate(timeout=150)[1] for worker in workers]
+    finally:
+        for worker in workers:
+            worker.kill()
+    for index, (worker, log) in enumerate(zip(workers, logs, strict=True)):
+        assert worker.returncode == 2, log[-3000:]
+        assert (
+            f"The workers see different checkpoints in --output_dir={tmp_path / f'out{index}'} "
+            "(worker 0 step 4, worker 1 step 0; 0: none)"
+        ) in log, log[-3000:]
+    assert not (tmp_path / "out0" / "eval_results.txt").exists()

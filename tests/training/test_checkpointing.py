@@ -105,6 +105,37 @@ def test_input_state_of_other_batches_is_not_restored(tmp_path):
             checkpoints().restore_input(_batches(batch_size, seq_len), 1)
 
 
+def test_input_state_of_another_number_of_workers_is_not_restored(tmp_path):
+    # Worker 0 of a 2-worker run, rerun as worker 0 of 4 with the same batches: its pipeline
+    # now reads other files (albert.data.records shares them out by the worker count); the
+    # position of the old share would silently replay or skip files.
+    step = tf.Variable(0, dtype=tf.int64)
+    model = keras.Sequential([keras.layers.Dense(2)])
+    model.build((None, 3))
+    optimizer = keras.optimizers.SGD()
+
+    def checkpoints(num_workers):
+        return checkpointing.TrainingCheckpoints(
+            str(tmp_path), str(tmp_path), model, optimizer, step, 2, num_workers=num_workers
+        )
+
+    saving = checkpoints(2)
+    saving.input_iterator = _batches(4, 7)
+    next(saving.input_iterator)
+    saving.save(1)
+    with pytest.raises(ValueError, match="saved by one of 2 workers, and this run has 4"):
+        checkpoints(4).restore_input(_batches(4, 7), 1)
+    same = _batches(4, 7)
+    assert checkpoints(2).restore_input(same, 1)
+    assert next(same)["input_ids"][0, 0] == 4 * 7
+    # A position saved before the worker count was (its shapes alone) still resumes.
+    spec = tmp_path / checkpointing.INPUT_STATE_DIR / "worker_0" / "ckpt-1.element_spec.json"
+    spec.write_text(checkpointing.element_spec_signature(_batches(4, 7)))
+    assert checkpoints(4).restore_input(_batches(4, 7), 1)
+    with pytest.raises(ValueError, match="batches of another shape"):
+        checkpoints(4).restore_input(_batches(3, 7), 1)
+
+
 def test_a_model_without_dropout_resumes_without_a_random_state_warning(tmp_path, caplog):
     # v2 configs have no dropout, so no random state to save: every resume warned that the
     # checkpoint came from an older run and that dropout masks would differ.

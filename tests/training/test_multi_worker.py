@@ -51,7 +51,7 @@ def _command(tmp_path, output_dir, **config_changes):
 
 def _start_workers(command, fault_points=(None, None)):
     """Starts one process per worker on loopback ports; `fault_points[i]` sets worker i's
-    ALBERT_FAULT_POINT."""
+    ALBERT_FAULT_POINT. `command` is every worker's, or a list of one per worker."""
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
     workers = []
     for index, fault_point in enumerate(fault_points):
@@ -65,9 +65,10 @@ def _start_workers(command, fault_points=(None, None)):
         env.pop(FAULT_POINT_ENV, None)
         if fault_point:
             env[FAULT_POINT_ENV] = fault_point
+        own = command[index] if isinstance(command[0], list) else command
         workers.append(
             subprocess.Popen(
-                command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+                own, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
             )
         )
     return workers
@@ -167,6 +168,31 @@ def test_a_worker_killed_before_saving_its_input_position(tmp_path):
     for worker in ("worker_0", "worker_1"):
         states = sorted(p.name for p in (output_dir / "input_state" / worker).glob("*.index"))
         assert states == ["ckpt-3.index", "ckpt-6.index"], worker
+
+
+def test_workers_that_resume_from_different_steps_stop(tmp_path):
+    """Each worker reads its own --output_dir (a local disk on each machine, simulated by
+    two folders): the first run trains, and on the rerun the chief resumes from step 3 while
+    worker 1 finds no checkpoint. Both must stop before training, saying why, rather than
+    train the chief's restored weights together with worker 1's fresh ones (the chief would
+    save that mix as model.ckpt-6; worker 1, 3 steps behind, then loses its peer)."""
+    commands = []
+    for index in range(2):
+        command = _command(tmp_path, tmp_path / f"out{index}")
+        commands.append([f for f in command if not f.startswith("--num_train_steps")])
+    logs = _finish(_start_workers([[*c, "--num_train_steps=3"] for c in commands]))
+    assert all("step 3/3" in log for log in logs), logs[0][-3000:]
+
+    workers = _start_workers([[*c, "--num_train_steps=6"] for c in commands])
+    logs = _finish(workers)
+    for index, (worker, log) in enumerate(zip(workers, logs, strict=True)):
+        assert worker.returncode == 2, log[-3000:]
+        assert (
+            f"The workers see different checkpoints in --output_dir={tmp_path / f'out{index}'} "
+            "(worker 0 step 3, worker 1 step 0; 0: none): each reads a folder of its own"
+        ) in log, log[-3000:]
+        assert "step 6/6" not in log
+    assert Path(tf.train.latest_checkpoint(str(tmp_path / "out0"))).name == "model.ckpt-3"
 
 
 def _values(prefix):

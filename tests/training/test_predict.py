@@ -55,7 +55,9 @@ def predict_numbers(strategy, steps_per_call=1, num_batches=None):
     predictor = predict.Predictor(strategy, step)
     host_calls = []
     loop = predictor._loop
-    predictor._loop = lambda iterator, n: host_calls.append(int(n)) or loop(iterator, n)
+    predictor._loop = lambda iterator, n, *rest: (
+        host_calls.append(int(n)) or loop(iterator, n, *rest)
+    )
     raw = predictor.predict(dataset_fn, num_batches=num_batches, steps_per_call=steps_per_call)
     ordered = predict.real_examples_in_order(raw)
     return {

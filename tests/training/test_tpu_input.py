@@ -86,3 +86,21 @@ def test_a_tpu_run_saves_no_input_position_and_resumes_reshuffled(
     assert "No saved input position for step 2; reshuffling the data." in absl_caplog.text
     assert (other / "model.ckpt-4.index").exists()
     assert _input_states(other) == ["ckpt-2.index"]
+
+
+def test_a_resumed_tpu_run_builds_only_its_reshuffled_input(tmp_path, monkeypatch):
+    """On a pod slice building an input starts every host's pipeline: a resumed TPU run, with
+    no position to restore, builds the reshuffled pass alone (seed 7 + step 2), not first the
+    pass of seed 7 that it would drop."""
+    data = synthetic.write_records(tmp_path / "train.tfrecord", 48, seed=3)
+    monkeypatch.setattr(tf.distribute, "TPUStrategy", type(tf.distribute.get_strategy()))
+    _train(data, tmp_path / "tpu", 2)
+    seeds = []
+    build = PretrainingTask.train_dataset
+    monkeypatch.setattr(
+        PretrainingTask,
+        "train_dataset",
+        lambda task, context, seed: seeds.append(seed) or build(task, context, seed),
+    )
+    _train(data, tmp_path / "tpu", 4)
+    assert seeds == [7 + 2]

@@ -1,0 +1,73 @@
+"""Eval and predict batches reach the replicas with static shapes, as TPUs compile them.
+
+Every eval and predict pipeline yields full, fixed-shape batches (padded), and the loops know
+how many. Fetched with `get_next_as_optional`, TensorFlow's distributed iterator wraps each
+replica's batch in a `tf.cond` with an empty stand-in, so the replica function saw
+`[None, ...]`: on a TPU the step then depends on TPUStrategy's dynamic padding (bounded
+dynamic shapes) instead of the static shapes the pipelines give. A one-device
+MirroredStrategy takes the same path as TPUStrategy here (the default strategy does not).
+"""
+
+import keras
+import synthetic_pretraining as synthetic
+import tensorflow as tf
+
+from albert.config import AlbertConfig
+from albert.tasks.pretraining import PretrainingTask
+from albert.training import predict
+from albert.training.steps import Trainer
+
+
+def _strategy():
+    return tf.distribute.MirroredStrategy(["/cpu:0"])
+
+
+def test_pretraining_eval_steps_see_static_shapes(tmp_path):
+    data = synthetic.write_records(tmp_path / "eval.tfrecord", 10, seed=5)
+    task = PretrainingTask(
+        AlbertConfig.from_dict(synthetic.TINY_CONFIG),
+        data,
+        4,
+        4,
+        synthetic.MAX_SEQ_LENGTH,
+        synthetic.MAX_PREDICTIONS,
+    )
+    strategy = _strategy()
+    with strategy.scope():
+        model = task.create_model()
+        global_step = tf.Variable(0, dtype=tf.int64)
+    shapes = []
+    compute_loss = task.compute_loss
+
+    def recording(model, features, normalizers, training):
+        shapes.append(features["input_ids"].shape.as_list())
+        return compute_loss(model, features, normalizers, training)
+
+    task.compute_loss = recording
+    trainer = Trainer(strategy, task, model, keras.optimizers.SGD(0.0), global_step)
+    dataset = strategy.distribute_datasets_from_function(lambda c: task.eval_dataset(c, 4))
+    sums = trainer.evaluate(iter(dataset), 4)
+    assert sums["steps"] == 3.0  # 10 records in batches of 4; the 4th step is padding alone
+    assert sums["sentence_order_examples"] == 10.0
+    assert shapes and all(shape == [4, synthetic.MAX_SEQ_LENGTH] for shape in shapes), shapes
+
+
+def test_predict_steps_see_static_shapes_when_the_batches_are_counted():
+    def dataset_fn(context):
+        data = tf.data.Dataset.from_tensor_slices(
+            {"x": tf.range(12, dtype=tf.float32), "is_real_example": tf.ones([12], tf.int32)}
+        )
+        return predict.add_example_index(data).batch(4, drop_remainder=True)
+
+    shapes = []
+
+    def step(features):
+        shapes.append(features["x"].shape.as_list())
+        return dict(features)
+
+    predictor = predict.Predictor(_strategy(), step)
+    outputs = predictor.predict(dataset_fn, num_batches=3, steps_per_call=2)
+    assert outputs["x"].tolist() == list(range(12))
+    assert shapes and all(shape == [4] for shape in shapes), shapes
+    # Counted or not, the same predictions: an uncounted pass runs to the data's end.
+    assert predictor.predict(dataset_fn)["x"].tolist() == list(range(12))
