@@ -28,6 +28,9 @@ BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "amx")
 # Overrides /proc/cpuinfo's flags (space-separated; "" for none), e.g. to reproduce another
 # machine's `auto` choice, or to keep a test suite's path the same on every CPU.
 CPU_FLAGS_VARIABLE = "ALBERT_CPU_FLAGS"
+# "0" keeps XLA off where `auto` would compile on a CPU. For test suites: a run of a few steps
+# of a tiny model spends about half its time compiling with XLA:CPU, which a long run recoups.
+CPU_XLA_VARIABLE = "ALBERT_CPU_XLA"
 AUTO = "auto"
 
 
@@ -44,12 +47,14 @@ class DeviceDescription:
         cpu_flags: the CPU's feature flags (as /proc/cpuinfo lists them); read on CPU only.
         compute_capability: (major, minor) of the GPU, or None when unknown or not a GPU.
         replicas: local devices the strategy spreads one step over.
+        cpu_xla: whether `auto` may compile with XLA on this CPU (False: $ALBERT_CPU_XLA=0).
     """
 
     kind: str
     cpu_flags: frozenset = frozenset()
     compute_capability: tuple | None = None
     replicas: int = 1
+    cpu_xla: bool = True
 
     @property
     def bf16_cpu_flags(self):
@@ -93,6 +98,8 @@ def _auto_jit(device, precision):
         return False, (
             "XLA:CPU is not used under several replicas or across workers (it fails to place them)"
         )
+    if not device.cpu_xla:
+        return False, f"${CPU_XLA_VARIABLE}=0"
     if precision == "bfloat16" and device.bf16_cpu_flags:
         return False, "XLA:CPU's bfloat16 matmuls are slower than TF's oneDNN kernels"
     return True, "XLA:CPU fuses the float32 step"
@@ -175,4 +182,5 @@ def describe_machine(strategy_name):
         replicas = len(tf.config.get_logical_device_configuration(cpu) or [cpu])
     elif strategy_name == "multi_worker":
         replicas = 2  # collectives across workers: treat as several replicas
-    return DeviceDescription("cpu", read_cpu_flags(), None, replicas)
+    cpu_xla = os.environ.get(CPU_XLA_VARIABLE, "1") != "0"
+    return DeviceDescription("cpu", read_cpu_flags(), None, replicas, cpu_xla)

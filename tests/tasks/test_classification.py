@@ -38,6 +38,7 @@ def sst2(tmp_path_factory):
         *flags,
         STEPS,
         "--save_checkpoints_steps=50",
+        "--jit_compile",  # the classifier head under XLA (the suite's runs are otherwise off)
         "--do_train",
         "--do_eval",
         "--do_predict",

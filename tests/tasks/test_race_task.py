@@ -82,6 +82,7 @@ def test_synthetic_race_is_learned(tmp_path, absl_caplog):
         "--train_step=200",
         "--save_checkpoints_steps=200",
         "--iterations_per_loop=50",
+        "--jit_compile",  # RACE's head under XLA (the suite's runs are otherwise XLA off)
         "--do_train",
         "--do_eval",
         "--do_predict",

@@ -96,6 +96,7 @@ def test_synthetic_squad_is_learned_and_exported(tmp_path):
         *tiny_flags(config, output_dir, train, dev),
         "--train_step=150",
         "--save_checkpoints_steps=150",
+        "--jit_compile",  # the v1 head under XLA (the suite's runs are otherwise XLA off)
         f"--export_dir={export_dir}",
         "--do_train",
         "--do_eval",
@@ -129,22 +130,39 @@ def test_synthetic_squad_is_learned_and_exported(tmp_path):
     assert served == expected == [predictions[f"q{i}"] for i in range(8)]
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not (SHARED_SQUAD / "dev-v2.0.json").exists(), reason="no shared SQuAD data")
-def test_squad_v2_on_the_dev_sample(tmp_path):
+@pytest.fixture(scope="module")
+def v2_dev_run(tmp_path_factory):
+    """Trains the v2 head 4 steps on the dev-v2.0.json sample (under XLA, which the suite's
+    other runs leave off), evaluates and predicts it, and exports a SavedModel."""
+    root = tmp_path_factory.mktemp("squad_v2")
     dev = str(SHARED_SQUAD / "dev-v2.0.json")
-    config = synthetic.write_config(tmp_path / "config.json")
-    output_dir = tmp_path / "out"
+    config = synthetic.write_config(root / "config.json")
+    output_dir = root / "out"
+    flags_v2 = [*tiny_flags(config, output_dir, dev, dev), "--version_2_with_negative"]
     metrics, _ = run_squad(
-        *tiny_flags(config, output_dir, dev, dev),
-        "--version_2_with_negative",
+        *flags_v2,
         "--train_step=4",
         "--save_checkpoints_steps=4",
         "--iterations_per_loop=2",
+        "--jit_compile",
+        f"--export_dir={root / 'export'}",
         "--do_train",
         "--do_eval",
         "--do_predict",
     )
+    return root, dev, output_dir, flags_v2, metrics
+
+
+needs_shared_squad = pytest.mark.skipif(
+    not (SHARED_SQUAD / "dev-v2.0.json").exists(), reason="no shared SQuAD data"
+)
+
+
+@pytest.mark.slow
+@needs_shared_squad
+@pytest.mark.xdist_group("squad_v2_run")  # one worker: `v2_dev_run` is made once
+def test_squad_v2_on_the_dev_sample(v2_dev_run):
+    _, dev, output_dir, _, metrics = v2_dev_run
     gold = json.loads(Path(dev).read_text())["data"]
     qids = [qa["id"] for a in gold for p in a["paragraphs"] for qa in p["qas"]]
     predictions = json.loads((output_dir / "predictions.json").read_text())
@@ -180,25 +198,13 @@ def test_squad_v2_on_the_dev_sample(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (SHARED_SQUAD / "dev-v2.0.json").exists(), reason="no shared SQuAD data")
-def test_squad_v2_is_exported_with_the_null_threshold_of_predictions_json(tmp_path):
+@needs_shared_squad
+@pytest.mark.xdist_group("squad_v2_run")  # one worker: `v2_dev_run` is made once
+def test_squad_v2_is_exported_with_the_null_threshold_of_predictions_json(v2_dev_run):
     # run_squad_v2 refused --export_dir: SQuAD 2.0 models could not be served. The SavedModel
     # must null answers as predictions.json does, with the threshold tuned on dev, also when
     # a later run only exports the weights that run evaluated.
-    dev = str(SHARED_SQUAD / "dev-v2.0.json")
-    config = synthetic.write_config(tmp_path / "config.json")
-    output_dir = tmp_path / "out"
-    flags_v2 = [*tiny_flags(config, output_dir, dev, dev), "--version_2_with_negative"]
-    metrics, _ = run_squad(
-        *flags_v2,
-        "--train_step=4",
-        "--save_checkpoints_steps=4",
-        "--iterations_per_loop=2",
-        f"--export_dir={tmp_path / 'export'}",
-        "--do_train",
-        "--do_eval",
-        "--do_predict",
-    )
+    root, dev, output_dir, flags_v2, metrics = v2_dev_run
     threshold = metrics["null_score_diff_threshold"]
     predictions = json.loads((output_dir / "predictions.json").read_text())
     null_odds = json.loads((output_dir / "null_odds.json").read_text())
@@ -207,14 +213,18 @@ def test_squad_v2_is_exported_with_the_null_threshold_of_predictions_json(tmp_pa
     odds = sorted(null_odds.values())
     edited = (odds[len(odds) // 2 - 1] + odds[len(odds) // 2]) / 2
     results_file = output_dir / "eval_results.txt"
+    original_results = results_file.read_text()
     results_file.write_text(
         re.sub(
             r"null_score_diff_threshold = \S+",
             f"null_score_diff_threshold = {edited!r}",
-            results_file.read_text(),
+            original_results,
         )
     )
-    run_squad(*flags_v2, f"--export_dir={tmp_path / 'export_only'}")
+    try:
+        run_squad(*flags_v2, f"--export_dir={root / 'export_only'}")
+    finally:
+        results_file.write_text(original_results)  # as the fixture made it, for other tests
     pairs = [
         (qa["id"], qa["question"], p["context"])
         for a in json.loads(Path(dev).read_text())["data"]
@@ -224,7 +234,7 @@ def test_squad_v2_is_exported_with_the_null_threshold_of_predictions_json(tmp_pa
     qids, questions, contexts = zip(*pairs, strict=True)
     served = {}
     for export in ("export", "export_only"):
-        serve = tf.saved_model.load(str(tmp_path / export)).signatures["serving_default"]
+        serve = tf.saved_model.load(str(root / export)).signatures["serving_default"]
         out = serve(question=tf.constant(questions), context=tf.constant(contexts))
         served[export] = {name: value.numpy() for name, value in out.items()}
         served_odds = served[export]["null_score"]

@@ -83,10 +83,32 @@ def test_cpu_flags_come_from_cpuinfo_or_the_variable(tmp_path, monkeypatch):
 
 def test_this_machine_is_described_as_a_cpu(monkeypatch):
     monkeypatch.setenv(hardware.CPU_FLAGS_VARIABLE, "avx2 avx512_bf16")
+    monkeypatch.delenv(hardware.CPU_XLA_VARIABLE, raising=False)
     device = hardware.describe_machine("default")
     assert device == DeviceDescription("cpu", frozenset({"avx2", "avx512_bf16"}))
     assert hardware.describe_machine("tpu").kind == "tpu"
     assert hardware.describe_machine("multi_worker").replicas > 1
+
+
+def test_the_cpu_xla_variable_keeps_auto_xla_off_on_a_cpu_only(monkeypatch):
+    # The test suite sets it: a few steps of a tiny model spend half their time compiling.
+    monkeypatch.setenv(hardware.CPU_FLAGS_VARIABLE, "avx2")
+    monkeypatch.setenv(hardware.CPU_XLA_VARIABLE, "0")
+    device = hardware.describe_machine("default")
+    assert not device.cpu_xla
+    assert choose(device) == hardware.Choice(
+        "none",
+        False,
+        "auto precision: CPU without bfloat16 matrix units (no avx512_bf16/amx_bf16); "
+        "auto XLA: $ALBERT_CPU_XLA=0",
+    )
+    assert choose(device, jit_compile=True).jit_compile  # the flag still wins
+    assert choose(DeviceDescription("tpu", cpu_xla=False)).jit_compile
+    assert choose(DeviceDescription("gpu", cpu_xla=False)).jit_compile
+    assert not flags_lib.run_options_from_flags(_parsed("--do_train")).jit_compile
+    monkeypatch.setenv(hardware.CPU_XLA_VARIABLE, "1")
+    assert hardware.describe_machine("default").cpu_xla
+    assert flags_lib.run_options_from_flags(_parsed("--do_train")).jit_compile
 
 
 def _parsed(*args):
@@ -113,6 +135,7 @@ def test_jit_compile_flag_takes_auto_and_booleans(args, jit_compile):
 
 
 def test_run_options_take_the_auto_xla_choice(monkeypatch):
+    monkeypatch.delenv(hardware.CPU_XLA_VARIABLE, raising=False)
     monkeypatch.setenv(hardware.CPU_FLAGS_VARIABLE, "avx2")
     assert flags_lib.run_options_from_flags(_parsed("--do_train")).jit_compile
     monkeypatch.setenv(hardware.CPU_FLAGS_VARIABLE, "avx2 avx512_bf16")
