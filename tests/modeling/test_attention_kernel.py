@@ -126,7 +126,7 @@ for kernel in ("explicit", "fused"):
     loss_fn = jp.make_loss_fn(model)
     def loss(trainable):
         return loss_fn(trainable, [v.value for v in model.non_trainable_variables], batch)[0]
-    value, grads = jax.value_and_grad(loss)([v.value for v in model.trainable_variables])
+    value, grads = jax.jit(jax.value_and_grad(loss))([v.value for v in model.trainable_variables])
     found[kernel] = [float(value)] + [np.asarray(x).ravel().tolist() for x in grads]
 print(json.dumps(found))
 """
