@@ -105,3 +105,20 @@ def test_eval_data_shorter_than_its_steps_is_one_clear_error(tmp_path):
     message = str(raised.value)
     assert message.startswith("The eval data of PretrainingTask ended before its 4 steps"), message
     assert "\n" not in message
+
+
+def test_predict_data_shorter_than_its_batches_is_one_clear_error():
+    # num_batches promises the batches a counted pass fetches with `get_next`: a dataset
+    # that ends sooner (a feature count above its records) failed with an OutOfRangeError.
+    def dataset_fn(context):
+        data = tf.data.Dataset.from_tensor_slices(
+            {"x": tf.range(8, dtype=tf.float32), "is_real_example": tf.ones([8], tf.int32)}
+        )
+        return predict.add_example_index(data).batch(4, drop_remainder=True)
+
+    predictor = predict.Predictor(_strategy(), dict)
+    with pytest.raises(predict.PredictError) as raised:
+        predictor.predict(dataset_fn, num_batches=3, steps_per_call=4)
+    message = str(raised.value)
+    assert message.startswith("The data to predict on ended before its 3 batches"), message
+    assert "\n" not in message
