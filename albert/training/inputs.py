@@ -22,7 +22,8 @@ from albert.training.strategy import worker_info
 
 
 class InputError(AlbertError):
-    """A batch size that cannot be split across the replicas."""
+    """A batch size that cannot be split across the replicas, or eval data that ends
+    before the steps it must feed (`albert.training.steps.Trainer.evaluate`)."""
 
 
 def per_replica_batch_size(global_batch_size, num_replicas, flag="train_batch_size"):

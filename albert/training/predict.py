@@ -130,7 +130,7 @@ class Predictor:
             dict of name -> numpy array, batches concatenated on the first axis.
 
         Raises:
-            PredictError: the dataset yields no batch.
+            PredictError: the dataset yields no batch, or fewer than `num_batches`.
         """
         iterator = iter(self.strategy.distribute_datasets_from_function(dataset_fn))
         if self._outputs is None:
@@ -152,7 +152,14 @@ class Predictor:
             wanted = min(steps_per_call, call_size, remaining or call_size)
             start = time.perf_counter()
             counted = remaining is not None  # never more than the batches left
-            steps, outputs = self._loop(iterator, tf.constant(wanted, tf.int32), counted)
+            try:
+                steps, outputs = self._loop(iterator, tf.constant(wanted, tf.int32), counted)
+            except tf.errors.OutOfRangeError:  # counted: `get_next` past the data's end
+                raise PredictError(
+                    f"The data to predict on ended before its {num_batches} batches: "
+                    "dataset_fn must yield as many for every replica (does the task's count "
+                    "of examples match its feature file?)."
+                ) from None
             steps = int(steps)
             # The first call also traces and compiles the loop: no rate from it.
             seconds = None if not (chunks and timed) else time.perf_counter() - start

@@ -26,6 +26,7 @@ import keras
 import tensorflow as tf
 
 from albert.replica_scope import replica_scope
+from albert.training.inputs import InputError
 
 # Sums the loop adds to a task's own.
 _LOOP_METRICS = ("examples", "loss", "gradient_norm", "applied_steps")
@@ -286,6 +287,18 @@ class Trainer:
     def evaluate(self, iterator, num_steps):
         """Runs up to `num_steps` eval steps over an iterator of at least as many batches
         (fewer from the first global batch of padding alone); returns float sums, with
-        `steps` the number of batches run."""
-        steps = self._eval_loop(iterator, tf.constant(num_steps, tf.int64))
+        `steps` the number of batches run.
+
+        Raises:
+            InputError: the iterator ended sooner (an `eval_dataset` that is not padded).
+        """
+        try:
+            steps = self._eval_loop(iterator, tf.constant(num_steps, tf.int64))
+        except tf.errors.OutOfRangeError:
+            raise InputError(
+                f"The eval data of {type(self.task).__name__} ended before its {num_steps} "
+                "steps (--max_eval_steps): its eval_dataset must yield that many batches for "
+                "every replica, padded with records of weight 0 once its data runs out "
+                "(TrainingTask.eval_dataset)."
+            ) from None
         return {**self.eval_metrics.read(), "steps": float(steps)}

@@ -106,6 +106,9 @@ def test_pretraining_killed_at_each_point_resumes_bit_identical(tmp_path):
             "--save_checkpoints_steps=4",
             "--keep_checkpoint_max=2",
             "--iterations_per_loop=2",
+            # XLA, as GPUs and TPUs train by default (the suite's runs leave it off on CPU):
+            # the dropout masks of a resumed run come from the same restored random state.
+            "--jit_compile",
         ]
 
     reference = _start(command(tmp_path / "reference"))

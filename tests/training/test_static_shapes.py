@@ -9,12 +9,15 @@ MirroredStrategy takes the same path as TPUStrategy here (the default strategy d
 """
 
 import keras
+import pytest
 import synthetic_pretraining as synthetic
 import tensorflow as tf
 
 from albert.config import AlbertConfig
+from albert.data import records
 from albert.tasks.pretraining import PretrainingTask
 from albert.training import predict
+from albert.training.inputs import InputError
 from albert.training.steps import Trainer
 
 
@@ -71,3 +74,51 @@ def test_predict_steps_see_static_shapes_when_the_batches_are_counted():
     assert shapes and all(shape == [4] for shape in shapes), shapes
     # Counted or not, the same predictions: an uncounted pass runs to the data's end.
     assert predictor.predict(dataset_fn)["x"].tolist() == list(range(12))
+
+
+def test_eval_data_shorter_than_its_steps_is_one_clear_error(tmp_path):
+    # `get_next` needs the `num_steps` batches `TrainingTask.eval_dataset` must yield (padded).
+    # An eval dataset read once instead (2 batches of 10 records, 4 steps asked for) stopped
+    # at its end before static shapes; then it failed with TensorFlow's OutOfRangeError, a
+    # graph traceback naming no task and no contract.
+    data = synthetic.write_records(tmp_path / "eval.tfrecord", 10, seed=5)
+    task = PretrainingTask(
+        AlbertConfig.from_dict(synthetic.TINY_CONFIG),
+        data,
+        4,
+        4,
+        synthetic.MAX_SEQ_LENGTH,
+        synthetic.MAX_PREDICTIONS,
+    )
+    strategy = tf.distribute.get_strategy()
+    model = task.create_model()
+    trainer = Trainer(
+        strategy, task, model, keras.optimizers.SGD(0.0), tf.Variable(0, dtype=tf.int64)
+    )
+    read_once = strategy.distribute_datasets_from_function(
+        lambda context: records.pretraining_dataset(
+            data, 4, synthetic.MAX_SEQ_LENGTH, synthetic.MAX_PREDICTIONS, False, context
+        )
+    )
+    with pytest.raises(InputError) as raised:
+        trainer.evaluate(iter(read_once), 4)
+    message = str(raised.value)
+    assert message.startswith("The eval data of PretrainingTask ended before its 4 steps"), message
+    assert "\n" not in message
+
+
+def test_predict_data_shorter_than_its_batches_is_one_clear_error():
+    # num_batches promises the batches a counted pass fetches with `get_next`: a dataset
+    # that ends sooner (a feature count above its records) failed with an OutOfRangeError.
+    def dataset_fn(context):
+        data = tf.data.Dataset.from_tensor_slices(
+            {"x": tf.range(8, dtype=tf.float32), "is_real_example": tf.ones([8], tf.int32)}
+        )
+        return predict.add_example_index(data).batch(4, drop_remainder=True)
+
+    predictor = predict.Predictor(_strategy(), dict)
+    with pytest.raises(predict.PredictError) as raised:
+        predictor.predict(dataset_fn, num_batches=3, steps_per_call=4)
+    message = str(raised.value)
+    assert message.startswith("The data to predict on ended before its 3 batches"), message
+    assert "\n" not in message
