@@ -560,9 +560,7 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
         return results
     # Every worker evaluates and predicts with the checkpoints it finds in output_dir itself
     # (the state file only: reading a checkpoint back costs its size).
-    newest = tf.train.latest_checkpoint(options.output_dir)
-    newest_step = checkpointing.checkpoint_step(newest) if newest else 0
-    check_same_step(strategy, newest_step, options.output_dir)
+    check_same_step(strategy, checkpointing.newest_step(options.output_dir), options.output_dir)
     with strategy.scope():
         model = task.create_model()
     if options.do_eval and not options.do_train:

@@ -91,6 +91,16 @@ def checkpoint_step(path):
     return int(path.rsplit("-", 1)[1])
 
 
+def newest_step(directory):
+    """The global step in the name of the newest checkpoint listed in `directory` (0: none;
+    -1: one whose name holds no step, such as `model.ckpt-best` named by hand)."""
+    newest = tf.train.latest_checkpoint(directory)
+    if not newest:
+        return 0
+    suffix = newest.rsplit("-", 1)[-1]
+    return int(suffix) if suffix.isdigit() else -1
+
+
 def saved_checkpoints(directory):
     """Every intact checkpoint listed in `directory/checkpoint`, oldest first."""
     return [path for path in _listed_checkpoints(directory) if is_intact(path)]

@@ -205,3 +205,13 @@ def test_a_checkpoint_that_only_ties_the_best_score_does_not_replace_it(tmp_path
     assert kept == [str(tmp_path / "model.ckpt-1"), str(tmp_path / "model.ckpt-2")]
     record = checkpointing.read_key_values(str(tmp_path / checkpointing.BEST_INFO_FILE))
     assert record["global_step"] == "2" and float(record["value"]) == 0.75
+
+
+def test_newest_step_reads_the_state_file_and_names_without_a_step(tmp_path):
+    # Fine-tuning compares it across workers before it evaluates, predicts or exports: a
+    # checkpoint named without a step (by hand, or by another tool) must not stop the run.
+    assert checkpointing.newest_step(str(tmp_path)) == 0
+    for name, step in (("model.ckpt-12", 12), ("model.ckpt-best", -1), ("model.ckpt", -1)):
+        (tmp_path / f"{name}.index").write_bytes(b"")  # latest_checkpoint wants its files
+        (tmp_path / "checkpoint").write_text(f'model_checkpoint_path: "{tmp_path / name}"\n')
+        assert checkpointing.newest_step(str(tmp_path)) == step, name
