@@ -46,6 +46,30 @@ run()
 """
 
 
+def _run_workers(commands, timeout):
+    """Runs `commands[i]` as worker i of a local cluster to the end; returns the processes
+    and their stderr."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(len(commands))]}
+    workers = []
+    for index, command in enumerate(commands):
+        env = dict(
+            os.environ,
+            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+            TF_CPP_MIN_LOG_LEVEL="3",
+            PYTHONPATH=str(REPO),
+        )
+        workers.append(
+            subprocess.Popen(
+                command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            )
+        )
+    try:
+        return workers, [worker.communicate(timeout=timeout)[1] for worker in workers]
+    finally:
+        for worker in workers:
+            worker.kill()
+
+
 def test_every_worker_loads_the_best_checkpoint_the_chief_wrote(tmp_path):
     data_dir = synthetic.write_sst2(tmp_path / "glue", num_train=64, num_dev=20, num_test=4)
     config = synthetic.write_config(tmp_path / "config.json")
@@ -59,34 +83,8 @@ def test_every_worker_loads_the_best_checkpoint_the_chief_wrote(tmp_path):
         *run_flags, "--train_step=6", "--save_checkpoints_steps=2", "--do_train", "--nodo_eval"
     )
 
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
-    workers = []
-    for index in range(2):
-        env = dict(
-            os.environ,
-            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
-            TF_CPP_MIN_LOG_LEVEL="3",
-            PYTHONPATH=str(REPO),
-        )
-        command = [
-            sys.executable,
-            "-c",
-            _WORKER,
-            *run_flags,
-            "--strategy=multi_worker",
-            "--nodo_train",
-            "--do_eval",
-        ]
-        workers.append(
-            subprocess.Popen(
-                command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-            )
-        )
-    try:
-        logs = [worker.communicate(timeout=300)[1] for worker in workers]
-    finally:
-        for worker in workers:
-            worker.kill()
+    command = [sys.executable, "-c", _WORKER, *run_flags, "--strategy=multi_worker"]
+    workers, logs = _run_workers([[*command, "--nodo_train", "--do_eval"]] * 2, timeout=300)
     loaded = []
     for worker, log in zip(workers, logs, strict=True):
         assert worker.returncode == 0, log[-3000:]
@@ -120,31 +118,19 @@ def test_workers_that_see_different_checkpoints_stop(tmp_path):
         "--do_train",
         "--nodo_eval",
     )
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
-    workers = []
-    for index in range(2):
-        env = dict(
-            os.environ,
-            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
-            TF_CPP_MIN_LOG_LEVEL="3",
-            PYTHONPATH=str(REPO),
-        )
-        run_flags = synthetic.tiny_run_flags(data_dir, tmp_path / f"out{index}", config, "sst-2")
-        command = [sys.executable, "-m", "albert.run_classifier", *run_flags, *flags]
-        workers.append(
-            subprocess.Popen(
-                [*command, "--nodo_train", "--do_eval"],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    try:
-        logs = [worker.communicate(timeout=150)[1] for worker in workers]
-    finally:
-        for worker in workers:
-            worker.kill()
+    commands = [
+        [
+            sys.executable,
+            "-m",
+            "albert.run_classifier",
+            *synthetic.tiny_run_flags(data_dir, tmp_path / f"out{index}", config, "sst-2"),
+            *flags,
+            "--nodo_train",
+            "--do_eval",
+        ]
+        for index in range(2)
+    ]
+    workers, logs = _run_workers(commands, timeout=150)
     for index, (worker, log) in enumerate(zip(workers, logs, strict=True)):
         assert worker.returncode == 2, log[-3000:]
         assert (

@@ -21,20 +21,19 @@ from albert.training.inputs import InputError
 from albert.training.steps import Trainer
 
 
+def _task(tmp_path):
+    """Pretraining on 10 eval records, eval and train batches of 4."""
+    data = synthetic.write_records(tmp_path / "eval.tfrecord", 10, seed=5)
+    config = AlbertConfig.from_dict(synthetic.TINY_CONFIG)
+    return PretrainingTask(config, data, 4, 4, synthetic.MAX_SEQ_LENGTH, synthetic.MAX_PREDICTIONS)
+
+
 def _strategy():
     return tf.distribute.MirroredStrategy(["/cpu:0"])
 
 
 def test_pretraining_eval_steps_see_static_shapes(tmp_path):
-    data = synthetic.write_records(tmp_path / "eval.tfrecord", 10, seed=5)
-    task = PretrainingTask(
-        AlbertConfig.from_dict(synthetic.TINY_CONFIG),
-        data,
-        4,
-        4,
-        synthetic.MAX_SEQ_LENGTH,
-        synthetic.MAX_PREDICTIONS,
-    )
+    task = _task(tmp_path)
     strategy = _strategy()
     with strategy.scope():
         model = task.create_model()
@@ -81,15 +80,8 @@ def test_eval_data_shorter_than_its_steps_is_one_clear_error(tmp_path):
     # An eval dataset read once instead (2 batches of 10 records, 4 steps asked for) stopped
     # at its end before static shapes; then it failed with TensorFlow's OutOfRangeError, a
     # graph traceback naming no task and no contract.
-    data = synthetic.write_records(tmp_path / "eval.tfrecord", 10, seed=5)
-    task = PretrainingTask(
-        AlbertConfig.from_dict(synthetic.TINY_CONFIG),
-        data,
-        4,
-        4,
-        synthetic.MAX_SEQ_LENGTH,
-        synthetic.MAX_PREDICTIONS,
-    )
+    task = _task(tmp_path)
+    data = str(tmp_path / "eval.tfrecord")
     strategy = tf.distribute.get_strategy()
     model = task.create_model()
     trainer = Trainer(
