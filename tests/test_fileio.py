@@ -95,6 +95,24 @@ def test_a_file_moved_before_ctrl_c_is_put_back_too(root, monkeypatch, interrupt
     assert tf.io.gfile.listdir(root) == ["a"]
 
 
+def test_a_rename_failing_in_its_last_delete_puts_back_the_folders_too(root, monkeypatch):
+    # Every file moved, then deleting the emptied source fails after removing its folders
+    # (a lost connection midway through the delete): the empty ones are made again.
+    _saved_model(f"{root}/a", "old")
+    before = _tree(f"{root}/a")
+    rmtree = tf.io.gfile.rmtree
+
+    def failing(path):
+        rmtree(path)
+        raise tf.errors.UnavailableError(None, None, "storage went away")
+
+    monkeypatch.setattr(tf.io.gfile, "rmtree", failing)
+    with pytest.raises(tf.errors.UnavailableError):
+        fileio.rename_folder(f"{root}/a", f"{root}/b")
+    monkeypatch.setattr(tf.io.gfile, "rmtree", rmtree)
+    assert _tree(f"{root}/a") == before
+
+
 def test_a_file_already_at_the_target_stops_the_rename_and_stays(root):
     # Putting back the file whose rename failed must not take the target's own file.
     _saved_model(f"{root}/a", "old")

@@ -28,6 +28,14 @@ def test_cased_text_through_an_uncased_model_is_named(uncased_spm):
     assert message.startswith("--do_lower_case=false, but only 0 of the ")
     assert f" pieces of {uncased_spm} hold a capital letter (an uncased vocabulary" in message
     assert casing_mismatch(FullTokenizer(spm_model_file=uncased_spm, do_lower_case=True)) is None
+    # The original README passes both files (--vocab_file 30k-clean.vocab with
+    # --spm_model_file): the pieces read are the model's, and so is the file named.
+    both = FullTokenizer(
+        vocab_file=uncased_spm.replace(".model", ".vocab"),
+        spm_model_file=uncased_spm,
+        do_lower_case=False,
+    )
+    assert f" pieces of {uncased_spm} hold a capital letter" in casing_mismatch(both)
 
 
 def test_lower_cased_text_through_a_cased_model_is_named(cased_spm):
@@ -48,6 +56,14 @@ def test_lower_cased_text_through_a_cased_model_is_named(cased_spm):
         (["[PAD]", "[UNK]", "The", "the", "Cat", "cat"], True, "--do_lower_case=true"),
         (["[PAD]", "[UNK]", "The", "the", "Cat", "cat"], False, None),
         (["[PAD]", "[UNK]", "的", "是", "##一"], False, None),  # no cased letters at all
+        # Control symbols in angle brackets are not counted, capitals or not.
+        (["<PAD>", "<UNK>", "<S>", "</S>", *(f"w{i}" for i in range(50))], True, None),
+        # Mostly Chinese characters (no case): the share is of the pieces with cased letters.
+        (
+            ["[PAD]", "The", "the", *(chr(0x4E00 + i) for i in range(300))],
+            True,
+            "--do_lower_case=true",
+        ),
     ],
     ids=[
         "uncased_kept",
@@ -57,6 +73,8 @@ def test_lower_cased_text_through_a_cased_model_is_named(cased_spm):
         "cased_lowered",
         "cased_kept",
         "chinese",
+        "angle_bracket_controls",
+        "cased_among_chinese",
     ],
 )
 def test_wordpiece_vocabularies(tmp_path, tokens, do_lower_case, expected):

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import numpy as np
@@ -336,6 +337,17 @@ def test_v2_predictions_take_the_threshold_of_the_final_evaluation():
     assert task.null_threshold_for_predictions(predictions=None) == -1.5
     task.null_score_diff_threshold = 0.25  # --null_score_diff_threshold wins
     assert task.null_threshold_for_predictions(predictions=None) == 0.25
+    task.null_score_diff_threshold = 0.0  # given as 0.0: still the flag's
+    assert task.null_threshold_for_predictions(predictions=None) == 0.0
+
+
+def test_a_v2_export_of_an_evaluation_without_a_threshold_uses_zero(absl_caplog):
+    # An eval_results.txt block of these weights without a tuned threshold (a SQuAD 1.1
+    # evaluation, --version_2_with_negative=false) has none to serve.
+    task = _task(True)
+    task.final_evaluation = {"global_step": 4, "exact_match": 50.0, "f1": 60.0}
+    assert task.export_null_threshold() == 0.0
+    assert "it nulls answers above 0.0" in absl_caplog.text
 
 
 def test_a_v2_export_without_a_threshold_says_why_it_uses_zero(absl_caplog):
@@ -402,6 +414,37 @@ def test_a_v2_export_alone_serves_the_threshold_of_predictions_json(
     assert "it nulls answers above 0.0" in absl_caplog.text
 
 
+def test_the_export_of_a_predicting_run_serves_its_own_threshold(tmp_path, monkeypatch):
+    # The run that wrote predictions.json exports with the threshold it used, not by
+    # reading its record back (gone here: a chief-only file, another run's rewrite).
+    task = _predict_with(tmp_path, _checkpoint(tmp_path, 4), monkeypatch, tuned=-0.75)
+    (tmp_path / "predictions_null_threshold.json").unlink()
+    assert task.export_null_threshold() == -0.75
+
+
+def test_squad_1_1_predictions_record_no_threshold(tmp_path, monkeypatch):
+    task = _task(False)
+    task.output_dir, task.final_weights = str(tmp_path), _checkpoint(tmp_path, 4)
+    monkeypatch.setattr(task, "answers", lambda *args: ({}, {}, None))
+    task.write_predictions({}, str(tmp_path))
+    assert (tmp_path / "predictions.json").exists()
+    assert not (tmp_path / "predictions_null_threshold.json").exists()
+
+
+@pytest.mark.parametrize("version_2", [False, True])
+def test_the_saved_model_is_given_the_v2_threshold_only(monkeypatch, version_2):
+    from albert import export_qa
+
+    exported = {}
+    monkeypatch.setattr(export_qa, "export_question_answering", lambda *a, **k: exported.update(k))
+    task = _task(version_2)
+    task.tokenizer = types.SimpleNamespace(spm_model_file="spm.model", do_lower_case=True)
+    monkeypatch.setattr(task, "check_export", lambda: None)
+    task.null_score_diff_threshold = -0.5
+    task.export_saved_model(None, "export")
+    assert exported["null_score_diff_threshold"] == (-0.5 if version_2 else 0.0)
+
+
 def test_a_v2_export_takes_the_recorded_threshold_of_its_weights_only(
     tmp_path, monkeypatch, absl_caplog
 ):
@@ -445,7 +488,16 @@ def test_the_flag_and_an_evaluation_win_over_the_recorded_threshold(
 
 @pytest.mark.parametrize(
     "text",
-    ["{not json", "[]", '{"checkpoint": "model.ckpt-4"}', '{"null_score_diff_threshold": "-1"}'],
+    [
+        "{not json",
+        "[]",
+        '{"checkpoint": "model.ckpt-4"}',
+        '{"null_score_diff_threshold": "-1"}',
+        '{"null_score_diff_threshold": -1}',  # names no checkpoint
+        # Of these weights, but no number: JSON's true, and NaN (json.dumps writes it).
+        '{"checkpoint": "model.ckpt-4", "global_step": 4, "null_score_diff_threshold": true}',
+        '{"checkpoint": "model.ckpt-4", "global_step": 4, "null_score_diff_threshold": NaN}',
+    ],
 )
 def test_a_damaged_threshold_record_is_one_warning_and_not_served(
     tmp_path, monkeypatch, absl_caplog, text
@@ -464,9 +516,16 @@ def test_a_damaged_threshold_record_is_one_warning_and_not_served(
     assert any("it nulls answers above 0.0" in w for w in warnings)
 
 
+def test_no_threshold_record_is_no_warning_about_one(tmp_path, absl_caplog):
+    # Exporting weights that no --do_predict run recorded is the usual case, not a damage.
+    assert _export_only(tmp_path, _checkpoint(tmp_path, 4)).export_null_threshold() == 0.0
+    assert "it nulls answers above 0.0" in absl_caplog.text
+    assert "not a readable threshold record" not in absl_caplog.text
+
+
 def test_earlier_evaluation_is_of_the_same_weights(tmp_path):
     from albert.metrics import write_eval_results
-    from albert.tasks.weights import earlier_evaluation
+    from albert.tasks.weights import earlier_evaluation, written_after
 
     best = tmp_path / "model.ckpt-best"
     (tmp_path / "model.ckpt-best.index").write_text("")
@@ -474,6 +533,17 @@ def test_earlier_evaluation_is_of_the_same_weights(tmp_path):
     results = {"global_step": 4, "null_score_diff_threshold": -1.5, "checkpoint": str(best)}
     write_eval_results(str(tmp_path), results)
     assert earlier_evaluation(str(tmp_path), str(best), 4) == results
+    # Evaluated again (another --predict_file, the same weights): the newest block is theirs.
+    again = {**results, "null_score_diff_threshold": -0.5}
+    (tmp_path / "eval_results.txt").unlink()
+    for block in (results, again):
+        write_eval_results(str(tmp_path), block, append=True)
+    assert earlier_evaluation(str(tmp_path), str(best), 4) == again
+    # Written by a run whose --output_dir was named another way (relative, from another
+    # directory), read by one that names it with a trailing slash: the same checkpoint.
+    renamed = {**again, "checkpoint": "elsewhere/out/model.ckpt-best"}
+    write_eval_results(str(tmp_path), renamed, append=True)
+    assert earlier_evaluation(f"{tmp_path}/", str(best), 4) == renamed
     # Predicting from another directory path of the same checkpoint (a relative output_dir).
     assert earlier_evaluation(str(tmp_path), "model.ckpt-best", 4) is None  # no such file
     assert earlier_evaluation(str(tmp_path), str(tmp_path / "model.ckpt-8"), 8) is None
@@ -488,6 +558,8 @@ def test_earlier_evaluation_is_of_the_same_weights(tmp_path):
     later = (tmp_path / "eval_results.txt").stat().st_mtime_ns + 10**9
     os.utime(tmp_path / "model.ckpt-best.index", ns=(later, later))
     assert earlier_evaluation(str(tmp_path), str(best), 4) is None
+    # Weights that are not there (deleted) were not evaluated by it.
+    assert not written_after(str(tmp_path / "eval_results.txt"), str(tmp_path / "gone"))
 
 
 def test_earlier_evaluation_of_weights_without_a_step(tmp_path, monkeypatch):

@@ -215,3 +215,33 @@ def test_newest_step_reads_the_state_file_and_names_without_a_step(tmp_path):
         (tmp_path / f"{name}.index").write_bytes(b"")  # latest_checkpoint wants its files
         (tmp_path / "checkpoint").write_text(f'model_checkpoint_path: "{tmp_path / name}"\n')
         assert checkpointing.newest_step(str(tmp_path)) == step, name
+
+
+def test_the_training_loop_saves_input_positions_with_its_worker_count(tmp_path, monkeypatch):
+    # The run's checkpoints are told how many workers share the data out; with 1 (the
+    # default) a rerun on another number of workers would restore the old share's position.
+    from toy_tasks import LinearInputTask
+
+    from albert.training import strategy as strategy_lib
+    from albert.training.optimization import create_optimizer
+
+    built = {}
+
+    class Stop(Exception):
+        pass
+
+    def recorded(*args, **kwargs):
+        built.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(strategy_lib, "worker_info", lambda strategy: (0, 3, True))
+    monkeypatch.setattr(checkpointing, "TrainingCheckpoints", recorded)
+    options = loop.RunOptions(output_dir=str(tmp_path), num_train_steps=2, train_batch_size=1)
+    with pytest.raises(Stop):
+        loop._build(
+            LinearInputTask([[1.0, 1.0]]),
+            tf.distribute.get_strategy(),
+            options,
+            lambda step: create_optimizer("adamw", 0.01, 2, global_step=step),
+        )
+    assert (built["worker_index"], built["num_workers"]) == (0, 3)

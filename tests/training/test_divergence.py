@@ -19,7 +19,7 @@ from toy_tasks import LinearInputTask
 from albert.config import AlbertConfig
 from albert.errors import TrainingDivergedError
 from albert.tasks.pretraining import PretrainingTask
-from albert.training import loop
+from albert.training import divergence, loop
 from albert.training.failures import describe_failure
 from albert.training.optimization import create_optimizer
 
@@ -156,6 +156,18 @@ def test_weights_that_overflow_from_finite_gradients_are_not_saved(tmp_path):
     assert "steps 1-2, so these weights were not saved; no checkpoint was saved" in message
     assert _checkpoint_steps(output_dir) == []
     assert math.isfinite(_scalars(output_dir, "loss")[2])
+
+
+def test_every_weight_is_checked_for_non_finite_values():
+    # The overflow can reach any weight (a bias, a later layer), not only the first.
+    finite = tf.Variable([1.0, 2.0], name="finite")
+    assert divergence.nonfinite_weight([finite, tf.Variable([0.0], name="zero")]) is None
+    infinite = tf.Variable([[1.0, -np.inf]], name="infinite")
+    nan = tf.Variable([np.nan, np.inf], name="nan")
+    what, value = divergence.nonfinite_weight([finite, infinite, nan])
+    assert what == "weight infinite:0" and value == np.inf
+    what, value = divergence.nonfinite_weight([finite, nan, infinite])
+    assert what == "weight nan:0" and math.isnan(value)
 
 
 def _poisoned(compute_loss, from_step):

@@ -90,6 +90,23 @@ def test_this_machine_is_described_as_a_cpu(monkeypatch):
     assert hardware.describe_machine("multi_worker").replicas > 1
 
 
+def test_no_precision_given_is_auto():
+    for device in (DeviceDescription("cpu", ZEN5), DeviceDescription("gpu")):
+        assert choose(device, None) == choose(device, "auto") == choose(device)
+
+
+def test_gpus_are_counted_as_replicas_under_mirrored_only(monkeypatch):
+    import tensorflow as tf
+
+    gpus = ["GPU:0", "GPU:1"]
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: gpus)
+    details = {"compute_capability": (8, 0)}
+    monkeypatch.setattr(tf.config.experimental, "get_device_details", lambda gpu: details)
+    mirrored = hardware.describe_machine("mirrored")
+    assert (mirrored.kind, mirrored.compute_capability, mirrored.replicas) == ("gpu", (8, 0), 2)
+    assert hardware.describe_machine("default").replicas == 1
+
+
 def test_the_cpu_xla_variable_keeps_auto_xla_off_on_a_cpu_only(monkeypatch):
     # The test suite sets it: a few steps of a tiny model spend half their time compiling.
     monkeypatch.setenv(hardware.CPU_FLAGS_VARIABLE, "avx2")

@@ -252,3 +252,47 @@ def test_off_tpu_the_default_host_call_is_the_original_estimators_100_steps(absl
     absl_caplog.clear()  # an eval-only run has no training cadence to announce
     assert _options("--strategy=default", job="--do_eval").iterations_per_loop == 100
     assert "Host calls" not in absl_caplog.text
+
+
+class _GatheringStrategy:
+    """Stands in for MultiWorkerMirroredStrategy's collectives in `check_same_step`: `run`
+    gives this worker's replicas' values and `gather` every worker's, in replica order
+    (each worker's replicas contiguous), as the real gather does on every worker."""
+
+    def __init__(self, steps, replicas_per_worker):
+        self.steps, self.replicas = steps, replicas_per_worker
+
+    def run(self, fn):
+        return fn()
+
+    def gather(self, local, axis):
+        assert axis == 0
+        return tf.constant([s for s in self.steps for _ in range(self.replicas)], tf.int64)
+
+
+@pytest.mark.parametrize(
+    "steps, replicas, differ",
+    [
+        ([3, 0], 1, True),  # the README's two workers, one without the checkpoint
+        ([3, 3, 0], 2, True),  # three workers of two replicas each: one step differs
+        ([6, 3, 0], 1, True),
+        ([3, 3, 3], 2, False),
+        ([0, 0], 1, False),  # a first run: none has a checkpoint
+    ],
+)
+def test_workers_that_see_different_checkpoints_stop(monkeypatch, steps, replicas, differ):
+    monkeypatch.setattr(strategy_lib, "worker_info", lambda s: (0, len(steps), True))
+    strategy = _GatheringStrategy(steps, replicas)
+    if not differ:
+        strategy_lib.check_same_step(strategy, steps[0], "out")
+        return
+    with pytest.raises(strategy_lib.StrategyError) as error:
+        strategy_lib.check_same_step(strategy, steps[0], "out")
+    found = ", ".join(f"worker {i} step {s}" for i, s in enumerate(steps))
+    assert f"see different checkpoints in --output_dir=out ({found}; 0: none)" in str(error.value)
+
+
+def test_one_worker_checks_no_step(monkeypatch):
+    # One worker (TPU pods included) has no collective to gather over.
+    monkeypatch.setattr(strategy_lib, "worker_info", lambda s: (0, 1, True))
+    strategy_lib.check_same_step(object(), 5, "out")
