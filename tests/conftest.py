@@ -34,6 +34,21 @@ def absl_caplog(caplog):
     logger.propagate = propagate
 
 
+def pytest_collection_modifyitems(config, items):
+    """The slow tier first (in collection order, with every test of an `xdist_group` that
+    holds one): pytest-xdist hands tests out in this order, so the long ones start early and
+    short ones fill the end, instead of a long one starting last while the other workers idle.
+    """
+
+    def group(item):
+        marker = item.get_closest_marker("xdist_group")
+        return marker.args[0] if marker and marker.args else None
+
+    slow_groups = {group(item) for item in items if item.get_closest_marker("slow")}
+    slow_groups.discard(None)
+    items.sort(key=lambda item: not (item.get_closest_marker("slow") or group(item) in slow_groups))
+
+
 def pytest_sessionfinish(session, exitstatus):
     _exit_status["value"] = int(exitstatus)
 
