@@ -1,10 +1,11 @@
 """The package's import graph: every module imports, and the layers import only downwards.
 
-Each module is imported in a child process, so the test leaves this one's absl flags and
+Every module is imported in one child process, so the test leaves this one's absl flags and
 Keras state alone. The entry points (`run_*.py`, `convert_checkpoint.py`) each define their
-own flags, as separate programs do, so two of them cannot share a process: a module that
-fails there with a duplicate flag is imported again in a process of its own, where any
-failure counts.
+own flags, as separate programs do: they are imported after every library module, each with
+the flags and entry modules of the one before it forgotten, as in a process of its own. A
+module that still fails with a duplicate flag is imported again in a process of its own,
+where any failure counts.
 
 The layer rules are read from the source with `ast` (every import statement, function-level
 ones included), not from `sys.modules`, so a lazy import inside a function is caught too.
@@ -37,8 +38,11 @@ DATA_METRICS_RULES = {
 
 _IMPORTER = """
 import importlib, json, sys, traceback
+from absl import app, flags, logging  # absl's own flags, defined before any program's
+libraries, programs = json.loads(sys.argv[1])
 results = {}
-for name in sys.argv[1:]:
+for name in libraries + programs:
+    known_flags, known_modules = set(flags.FLAGS), set(sys.modules)
     try:
         importlib.import_module(name)
         results[name] = None
@@ -47,6 +51,14 @@ for name in sys.argv[1:]:
             "type": type(error).__name__,
             "traceback": "".join(traceback.format_exception(error))[-3000:],
         }
+    if name in programs:
+        # Its flags, and the programs it brought in (every library is in already), are
+        # forgotten: the next program imports as it would in a process of its own.
+        for flag in set(flags.FLAGS) - known_flags:
+            delattr(flags.FLAGS, flag)
+        for module in set(sys.modules) - known_modules:
+            if module.startswith("albert."):
+                del sys.modules[module]
 print("RESULTS " + json.dumps(results))
 """
 
@@ -67,10 +79,40 @@ def _module_files():
 MODULES = _module_files()
 
 
+def _programs():
+    """The modules whose top-level statements define absl flags (`flags.DEFINE_*`,
+    `*.define_*_flags()`), as the entry points do, or import such a module."""
+    programs, imports = set(), {}
+    for name, path in MODULES.items():
+        imports[name] = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imports[name] |= {f"{node.module}.{alias.name}" for alias in node.names}
+            elif isinstance(node, ast.Import):
+                imports[name] |= {alias.name for alias in node.names}
+            call = node.value if isinstance(node, (ast.Expr, ast.Assign)) else None
+            if isinstance(call, ast.Call):
+                function = getattr(call.func, "attr", getattr(call.func, "id", ""))
+                if function.startswith(("DEFINE", "define_")):
+                    programs.add(name)
+    while True:  # and what imports a program, at its top level
+        more = {name for name, targets in imports.items() if targets & programs} - programs
+        if not more:
+            return programs
+        programs |= more
+
+
+PROGRAMS = _programs()
+
+
 def _import_in_child(names):
+    """{name: None, or the error's type and traceback} of importing each module: the libraries
+    first, then each program after them, in turn."""
+    programs = [n for n in names if n in PROGRAMS]
+    libraries = [n for n in names if n not in programs]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
     process = subprocess.run(
-        [sys.executable, "-c", _IMPORTER, *names],
+        [sys.executable, "-c", _IMPORTER, json.dumps([libraries, programs])],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -99,7 +141,7 @@ def test_the_walk_finds_the_package():
     assert not (PACKAGE / "training" / "pretraining.py").exists()  # a task now
 
 
-# Slow tier: importing every module in child processes takes about 30 s.
+# Slow tier: importing every module (TensorFlow, Keras) in a child process takes about 8 s.
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MODULES))
 @pytest.mark.xdist_group("import_graph")  # one worker: the module fixture is built once
