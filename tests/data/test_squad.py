@@ -340,7 +340,6 @@ def test_settings_that_leave_no_room_are_errors(tokenizer):
         convert_examples_to_features([example], tokenizer, 10, 4, 8)
 
 
-
 def test_a_window_of_one_context_token_and_a_stride_of_one_are_the_smallest():
     # Zero of either would make doc_spans step by 0 forever; one is enough.
     check_window(12, 1, 8)  # 12 - 8 - 3 = 1 context token.
@@ -348,6 +347,7 @@ def test_a_window_of_one_context_token_and_a_stride_of_one_are_the_smallest():
         check_window(11, 1, 8)
     with pytest.raises(SquadDataError, match="--doc_stride must be positive"):
         check_window(12, 0, 8)
+
 
 def test_a_stride_beyond_the_window_gives_windows_end_to_end(tokenizer, caplog):
     # The original's `run_squad_v1 --max_seq_length=128` keeps --doc_stride=128 and
