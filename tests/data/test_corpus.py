@@ -209,3 +209,81 @@ def test_double_cr_line_endings_with_a_stray_cr_are_read_not_refused(tmp_path):
         "Next doc.",
     ]
     assert stats.cr_lines == 0
+
+
+def test_utf32_is_named_as_utf32_not_utf16(tmp_path):
+    # UTF-32 LE starts with the UTF-16 LE mark (FF FE) then 00 00: the longer mark must win.
+    path = tmp_path / "input.txt"
+    for encoding in ("utf-32-le", "utf-32-be"):
+        path.write_bytes("\ufeffHello world.\n".encode(encoding))
+        with pytest.raises(CorpusError, match="is UTF-32 text"):
+            check_text_file(str(path))
+
+
+def test_as_many_stray_crs_as_line_feeds_is_not_cr_only_text(tmp_path):
+    # CR-only text has more lone CRs than LFs; a tie is text broken at "\n" with stray CRs.
+    path = tmp_path / "input.txt"
+    path.write_bytes(b"Line one\rwith a stray CR.\nLine two\rwith another.\n")
+    check_text_file(str(path))
+
+
+def test_lines_holding_nul_bytes_are_not_text(tmp_path):
+    # Valid UTF-8, but NUL bytes on most lines: a binary file, not a corpus.
+    path = tmp_path / "input.txt"
+    path.write_bytes(b"ab\0cd\nef\0gh\nfine line\n")
+    with pytest.raises(CorpusError, match="2 of the first 3 lines"):
+        check_text_file(str(path))
+
+
+def test_a_character_cut_by_the_end_of_the_sample_is_not_invalid(tmp_path):
+    # One long line of 3-byte characters: the sample ends inside one, with no "\n" to cut at.
+    path = tmp_path / "input.txt"
+    path.write_bytes("€".encode() * 100 + b"\n")
+    check_text_file(str(path), sniff_bytes=32)  # 10 characters and 2 bytes of the 11th.
+
+
+def test_a_multibyte_character_split_between_pieces_is_carried_whole(tmp_path):
+    long_line = "€" * 20 + "x"  # Pieces of 10 bytes end inside a 3-byte character.
+    path = tmp_path / "input.txt"
+    path.write_bytes(f"{long_line}\n".encode())
+    stats = CorpusStats()
+    pieces = list(read_lines(str(path), stats, max_line_bytes=10))
+    assert "".join(pieces) == long_line and len(pieces) > 1
+    assert stats.invalid_utf8_lines == 0
+
+
+def test_title_is_dropped_only_as_the_first_line_of_its_block(tmp_path):
+    text = (
+        '<doc id="1" url="u" title="Echo">\nEcho\nEcho\nIt repeats.\n</doc>\n'
+        '<doc id="2" url="u" title="Delta">\nA delta is a landform.\nDelta\n</doc>\n'
+        '<doc id="3" url="u" title="AT&amp;T">\nAT&amp;T\nA company.\n</doc>\n'
+    )
+    documents, _ = _documents(tmp_path, text.encode())
+    assert documents == [
+        ["Echo", "It repeats."],
+        ["A delta is a landform.", "Delta"],
+        ["A company."],
+    ]
+
+
+def test_original_format_after_a_wikiextractor_block(tmp_path):
+    # After </doc>, blank lines separate documents again.
+    text = '<doc id="1" url="u" title="A">\nA\nWiki one.\n\nWiki two.\n</doc>\nB one.\n\nC one.\n'
+    documents, _ = _documents(tmp_path, text.encode())
+    assert documents == [["Wiki one.", "Wiki two."], ["B one."], ["C one."]]
+
+
+def test_a_file_with_text_then_blank_lines_is_not_empty(tmp_path):
+    _, stats = _documents(tmp_path, b"One.\nTwo.\n\n \n")
+    assert stats.empty_files == 0
+
+
+def test_sentences_split_before_a_digit():
+    assert split_sentences("It ended. 1990 was calm.") == ["It ended.", "1990 was calm."]
+
+
+def test_a_unit_ends_when_it_reaches_unit_chars_exactly(tmp_path):
+    path = tmp_path / "input.txt"
+    path.write_text("".join(f"doc {d} sentence.\nmore.\n\n" for d in range(4)))  # 20 chars each.
+    units = list(read_units(str(path), CorpusStats(), unit_chars=40))
+    assert [len(u) for u in units] == [2, 2]

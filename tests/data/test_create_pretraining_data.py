@@ -15,7 +15,9 @@ import pytest
 from albert.data.create_pretraining_data import (
     PretrainingDataConfig,
     PretrainingDataError,
+    Summary,
     create_pretraining_data,
+    expand_input_files,
     unit_seed,
 )
 from albert.data.pretraining import InstanceOptions, InstanceOptionsError
@@ -116,6 +118,7 @@ def test_summary_counts_and_progress(tmp_path, corpus_dir, spm_model, caplog):
         ({"input_file": "/nonexistent/*.txt"}, PretrainingDataError, "matches no file"),
         ({"num_workers": 0}, PretrainingDataError, "--num_workers"),
         ({"num_output_shards": 0}, PretrainingDataError, "--num_output_shards"),
+        ({"bucket_bytes": 1 << 19}, PretrainingDataError, "--shuffle_bucket_mb must be >= 1"),
         ({"spm_model_file": "/nonexistent.model"}, TokenizerError, "spm_model_file"),
         ({"spm_model_file": None}, TokenizerError, "neither was given"),
         (
@@ -142,6 +145,9 @@ def test_output_that_is_an_input_or_inputs_without_instances(tmp_path, spm_model
     )
     with pytest.raises(PretrainingDataError, match="also an input"):
         create_pretraining_data(clash)
+    same_file = dataclasses.replace(clash, output_file=f"{tmp_path}/./{text.name}")
+    with pytest.raises(PretrainingDataError, match="also an input"):
+        create_pretraining_data(same_file)
     empty = dataclasses.replace(clash, output_file=str(tmp_path / "out"), num_workers=1)
     with pytest.raises(PretrainingDataError, match="fewer than 2 sentences"):
         create_pretraining_data(empty)
@@ -283,3 +289,23 @@ def test_script_runs_and_reports_user_errors_in_one_line(tmp_path, corpus_dir, s
     assert good.returncode == 0, good.stderr
     assert "instances to 2 files" in good.stderr
     assert os.path.getsize(f"{tmp_path}/o-00001-of-00002") > 0
+
+
+def test_a_file_matched_by_two_patterns_is_read_once(corpus_dir):
+    files = expand_input_files(f"{corpus_dir}/a.txt, {corpus_dir}/*.txt")
+    assert files == [f"{corpus_dir}/a.txt", f"{corpus_dir}/b.txt"]
+
+
+def test_summary_keeps_the_largest_worker_peak_and_sums_the_rest():
+    summary = Summary()
+    summary.add_unit({"instances": 3, "worker_peak_rss_mb": 20.0})
+    summary.add_unit({"instances": 4, "worker_peak_rss_mb": 10.0})
+    assert summary.instances == 7 and summary.worker_peak_rss_mb == 20.0
+
+
+def test_several_output_files_and_a_shard_count_are_refused(tmp_path, corpus_dir, spm_model):
+    config = _config(corpus_dir, spm_model, tmp_path / "out")
+    two = dataclasses.replace(config, output_file=f"{tmp_path}/a,{tmp_path}/b", num_output_shards=2)
+    with pytest.raises(PretrainingDataError, match="either several --output_file paths or"):
+        create_pretraining_data(two)
+    assert sorted(os.listdir(tmp_path)) == []

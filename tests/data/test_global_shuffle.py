@@ -21,6 +21,7 @@ import pytest
 import tensorflow as tf
 
 from albert import fileio
+from albert.data import create_pretraining_data as driver
 from albert.data import order_quality, shuffle
 from albert.data.create_pretraining_data import (
     PretrainingDataConfig,
@@ -158,6 +159,48 @@ def test_keys_pick_shards_consistently_with_buckets():
     assert counts.min() > 1100  # ~1250 each: uniform.
 
 
+def test_pass_seeds_differ_by_every_part_and_never_collide():
+    base = shuffle.pass_seed(1, "a.txt", 3, 2)
+    others = [(2, "a.txt", 3, 2), (1, "b.txt", 3, 2), (1, "a.txt", 4, 2), (1, "a.txt", 3, 1)]
+    assert all(shuffle.pass_seed(*args) != base for args in others)
+    # 128-bit seeds: thousands of units' passes never share one (nor their keys).
+    seeds = {shuffle.pass_seed(1, "a.txt", unit, dupe) for unit in range(500) for dupe in range(4)}
+    assert len(seeds) == 2000
+
+
+def test_buckets_per_shard_bounds_each_bucket():
+    # 100 MB of text x 3 passes x 2 bytes per character over 4 shards: 150 MB a shard.
+    mb = 1 << 20
+    assert shuffle.buckets_per_shard(100 * mb, 3, 4, 64 * mb) == 3  # 150 / 64 -> 3 buckets.
+    assert shuffle.buckets_per_shard(100 * mb, 3, 4, 75 * mb) == 2  # Exactly 2, not 3.
+    assert shuffle.buckets_per_shard(0, 3, 4, 64 * mb) == 1
+
+
+def test_entries_with_equal_keys_sort_by_record_bytes():
+    # Beam groups a bucket's entries in any order: a tie must not leave the order to it.
+    assert shuffle.sort_entries([(5, b"b"), (1, b"z"), (5, b"a")]) == [
+        (1, b"z"),
+        (5, b"a"),
+        (5, b"b"),
+    ]
+
+
+def test_bucket_writer_appends_every_entry_once(tmp_path):
+    records = [b"r" * n for n in range(1, 7)]
+    keys = np.array([k << 62 for k in (0, 3, 1, 2, 3, 0)], np.uint64)  # Bucket k of 4.
+    writer = shuffle.BucketWriter(str(tmp_path), 4, buffer_bytes=1 + shuffle._ENTRY_HEADER.size)
+    writer.add(keys[:1], records[:1])  # Exactly the buffer: flushed at once.
+    assert os.path.exists(writer.path(0))
+    writer.add(keys[1:], records[1:])
+    writer.flush()
+    writer.flush()  # Nothing buffered: nothing appended twice.
+    assert writer.entries == 6
+    entries = [e for b in range(4) for e in shuffle.read_bucket(writer.path(b))]
+    assert sorted(entries) == sorted(zip(keys.tolist(), records, strict=True))
+    assert len(shuffle.read_bucket(writer.path(0))) == 2  # The first flush's entry and the last.
+    assert shuffle.read_bucket(str(tmp_path / "no-such-bucket")) == []
+
+
 def test_a_failed_run_leaves_existing_outputs_untouched(tmp_path, corpus_file, spm_model):
     output = tmp_path / "data.tfrecord"
     output.write_bytes(b"earlier output")
@@ -197,6 +240,82 @@ def test_stale_shards_are_an_error_or_deleted_on_request(tmp_path, corpus_file, 
         "data-00000-of-00002",
         "data-00001-of-00002",
     ]
+
+
+def test_a_rerun_replaces_its_own_shards(tmp_path, corpus_file, spm_model):
+    # Our own shards of the last run (same count) are not stale, nor is a file that is only
+    # named like the prefix.
+    (tmp_path / "data-notes.txt").write_text("not a shard")
+    config = _config(corpus_file, spm_model, tmp_path / "data", num_output_shards=2)
+    first = _read(create_pretraining_data(config).output_files)
+    # A killed run's temporary beside the second shard: removed by the next run.
+    Path(fileio.temporary_path(str(tmp_path / "data-00001-of-00002"))).write_bytes(b"partial")
+    second = create_pretraining_data(config)
+    assert _read(second.output_files) == first
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "data-00000-of-00002",
+        "data-00001-of-00002",
+        "data-notes.txt",
+    ]
+
+
+def test_outputs_are_replaced_only_when_every_shard_is_complete(
+    tmp_path, corpus_file, spm_model, monkeypatch
+):
+    # The gather writes temporary names; a failure before the renames leaves the old files.
+    output = tmp_path / "data.tfrecord"
+    output.write_bytes(b"earlier output")
+
+    def fail(*_):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(driver, "_commit", fail)
+    with pytest.raises(OSError, match="disk full"):
+        create_pretraining_data(_config(corpus_file, spm_model, output))
+    assert output.read_bytes() == b"earlier output"
+
+
+def test_the_bucket_count_follows_the_passes_and_each_bucket_is_freed_once_written(
+    tmp_path, corpus_file, spm_model, monkeypatch
+):
+    read = shuffle.read_bucket
+    gathered = []
+
+    def read_bucket(path):
+        # Every bucket gathered before this one is deleted already (disk is freed as we go).
+        assert not any(os.path.exists(earlier) for earlier in gathered)
+        gathered.append(path)
+        return read(path)
+
+    monkeypatch.setattr(shuffle, "read_bucket", read_bucket)
+    config = _config(corpus_file, spm_model, tmp_path / "data", bucket_bytes=1 << 20)
+    summary = create_pretraining_data(config)
+    # 5 passes x 2 bytes a character of text, over 1 MB buckets (one shard).
+    expected = -(-os.path.getsize(corpus_file) * 5 * 2 // (1 << 20))
+    assert summary.buckets == expected == len(gathered) > 1
+
+
+def test_a_gs_temp_dir_is_accepted_with_beam(tmp_path, corpus_file, spm_model):
+    # Beam workers write their parts through tf.io.gfile: gs:// is what Dataflow needs.
+    config = _config(
+        corpus_file,
+        spm_model,
+        tmp_path / "out",
+        temp_dir="gs://bucket/tmp",
+        beam_pipeline_options="runner=DirectRunner",
+    )
+    assert driver.validate(config) == ([corpus_file], [str(tmp_path / "out")])
+
+
+def test_each_dupe_pass_of_a_unit_draws_its_own_keys(corpus_file, spm_model):
+    config = _config(corpus_file, spm_model, "unused")
+    worker = driver._Worker(config)
+    documents = next(driver.corpus.read_units(corpus_file, driver.corpus.CorpusStats(), 4000))
+    passes, _ = worker.process((corpus_file, 7, documents))
+    assert len(passes) == config.instance.dupe_factor
+    for dupe, (keys, records) in enumerate(passes):
+        expected = shuffle.instance_keys(config.random_seed, corpus_file, 7, dupe, len(records))
+        np.testing.assert_array_equal(keys, expected)
 
 
 @pytest.mark.parametrize(

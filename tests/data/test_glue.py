@@ -103,7 +103,8 @@ FILES = {
             ["0", "63735", "63735n", "slate"]
             + MNLI_PARSES
             + ["C.", "D."]
-            + ["neutral", "entailment", "neutral", "neutral", "neutral", "entailment"],
+            # Each annotator's label differs from the gold one somewhere: only gold is read.
+            + ["neutral", "contradiction", "neutral", "neutral", "neutral", "entailment"],
         ],
         "test_matched.tsv": [
             MNLI_HEADER,
@@ -367,3 +368,25 @@ def test_load_features_in_memory_regression(tmp_path):
     (row,) = list(loaded.dataset.as_numpy_iterator())
     assert row["label_ids"].dtype == np.float32 and row["label_ids"] == np.float32(0.75)
     assert row["input_ids"].dtype == np.int32 and row["input_ids"].shape == (20,)
+
+
+def test_a_byte_order_mark_does_not_hide_a_missing_header(tmp_path):
+    # An SST-2 test file saved by a Windows editor, its header line lost: the first row's
+    # index "0" must still show it is data (a kept mark made it "\ufeff0", not a number).
+    path = tmp_path / "test.tsv"
+    path.write_text("\ufeff0\tuneasy mishmash .\n1\ta chilly film .\n", encoding="utf-8")
+    with pytest.raises(GlueDataError, match="line 1 is a data row"):
+        read_examples("sst-2", str(tmp_path), "test")
+
+
+def test_blank_lines_are_skipped_and_a_score_of_zero_is_a_score(tmp_path):
+    header = FILES["sts-b"]["dev.tsv"][0]
+    rows = ["\t".join(header), "\t".join(["0"] * 7 + ["A.", "B.", "0.000"]), "", ""]
+    (tmp_path / "dev.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    assert read_examples("sts-b", str(tmp_path), "dev") == [InputExample("0", "A.", "B.", 0.0)]
+
+
+def test_nul_bytes_are_not_text(tmp_path):
+    (tmp_path / "test.tsv").write_bytes(b"index\tsentence\n0\tab\x00c\n")
+    with pytest.raises(GlueDataError, match="test.tsv line 2 is not UTF-8 text"):
+        read_examples("sst-2", str(tmp_path), "test")

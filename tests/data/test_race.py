@@ -79,7 +79,10 @@ def test_reader_levels_and_labels(tmp_path):
         ({**HIGH, "article": None, "questions": None}, "must hold lists"),
         ({k: v for k, v in HIGH.items() if k != "options"}, "lacks the key 'options'"),
         ({**HIGH, "answers": ["B", "A"]}, "1 questions, 1 option lists and 2 answers"),
+        ({**HIGH, "options": HIGH["options"] * 2}, "1 questions, 2 option lists and 1 answers"),
         ({**HIGH, "answers": ["E"]}, "question 0 has options"),
+        ({**HIGH, "answers": ["AB"]}, "question 0 has options"),  # A substring of "ABCD".
+        (json.dumps(HIGH) + " x", "9.txt' is not valid UTF-8 JSON"),  # One line: no JSON Lines.
         ({**HIGH, "options": [["a", "b", "c"]]}, "expected a list of 4 options"),
     ],
 )
@@ -125,6 +128,25 @@ def test_a_file_of_one_article_per_line(tmp_path):
     assert examples[2].example_id == "middle/1.txt:line3-0"
 
 
+def test_every_answer_letter_and_file_order(tmp_path):
+    # Files come in name order whatever order the folder lists them in; other files are
+    # not articles.
+    names = ["5.txt", "3.txt", "1.txt", "4.txt", "2.txt"]
+    files = {
+        name: {**HIGH, "id": name, "answers": [letter]}
+        for name, letter in zip(names, "DBCAD", strict=True)
+    }
+    data_dir = make_race(tmp_path, files={"high": {**files, "notes.md": "not an article"}})
+    examples = read_race_examples(data_dir, "dev", high_only=True)
+    assert [(e.example_id, e.label) for e in examples] == [
+        ("1.txt-0", 2),
+        ("2.txt-0", 3),
+        ("3.txt-0", 1),
+        ("4.txt-0", 0),
+        ("5.txt-0", 3),
+    ]
+
+
 def test_missing_directories(tmp_path):
     data_dir = make_race(tmp_path, files={"middle": {"1.txt": MIDDLE}})
     with pytest.raises(RaceDataError, match="dev/high' does not exist"):
@@ -168,6 +190,24 @@ def test_features_layout_and_truncation(tokenizer):
     assert len(set(map(tuple, input_ids.tolist()))) == 4  # Each choice differs.
     with pytest.raises(RaceDataError, match="--max_qa_length=40"):
         convert_examples_to_features([example], tokenizer, t, 40)
+    convert_examples_to_features([example], tokenizer, t, t - 3)  # Room for the 3 specials.
+    with pytest.raises(RaceDataError, match=f"--max_qa_length={t - 2}"):
+        convert_examples_to_features([example], tokenizer, t, t - 2)
+
+
+def test_a_short_question_leaves_the_rest_to_each_article(tokenizer):
+    # The article fills what the question and option leave, not what max_qa_length would;
+    # each example's own article, even right after another one.
+    t, max_qa = 29, 12
+    first = RaceExample("a-0", MIDDLE["article"] * 3, "Why?", ["a", "b", "c", "d"], 0, "middle")
+    second = RaceExample("b-0", HIGH["article"] * 3, "Why?", ["a", "b", "c", "d"], 0, "high")
+    features = convert_examples_to_features([first, second], tokenizer, t, max_qa)
+    for example, feature in zip((first, second), features, strict=True):
+        article = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(example.article))
+        input_ids = np.reshape(feature["input_ids"], (4, t))
+        qa_ids = tokenizer.convert_tokens_to_ids(tokenizer.tokenize("Why? a"))
+        assert len(qa_ids) < max_qa
+        assert input_ids[0, 1 : t - 2 - len(qa_ids)].tolist() == article[: t - 3 - len(qa_ids)]
 
 
 def test_conversion_logs_its_progress(tokenizer, monkeypatch, absl_caplog):

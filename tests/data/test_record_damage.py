@@ -122,3 +122,20 @@ def test_other_data_loss_passes_through(tmp_path):
         with pytest.raises(tf.errors.DataLossError):
             with record_damage.naming_damaged_file(paths, "--input_file", REMEDY, RecordError):
                 raise tf.errors.DataLossError(None, None, message)
+
+
+def test_a_file_damaged_elsewhere_does_not_end_the_search(tmp_path, monkeypatch):
+    # Read one at a time: the first file is damaged, but not where the run stopped; the
+    # search goes on to the file that fails at that offset.
+    monkeypatch.setattr(record_damage, "_READERS", 1)
+    # Files of several batches: a search told to stop leaves the second between two.
+    paths = [_shard(tmp_path / f"{name}.tfrecord", records=20_000) for name in "ab"]
+    _flip_middle_byte(paths[0], 0.2)
+    _flip_middle_byte(paths[1], 0.6)
+    with pytest.raises(tf.errors.DataLossError) as caught:
+        for _ in tf.data.TFRecordDataset(paths[1]):
+            pass
+    offset = record_damage.damaged_offset(caught.value)
+    damaged, read, unread = record_damage.find_damaged_files(paths, offset, 60.0)
+    assert [path for path, _ in damaged] == paths
+    assert damaged[1][1] == f"corrupted record at byte {offset}"

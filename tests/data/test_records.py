@@ -14,6 +14,8 @@ from albert.data.pretraining import InstanceOptions
 from albert.data.records import (
     RecordError,
     expand_file_patterns,
+    padding_record,
+    parse_examples,
     pretraining_dataset,
     serialize_instance,
 )
@@ -519,3 +521,42 @@ def test_a_mask_unlike_the_tokens_is_warned(tmp_path, caplog, mask, ones):
 def test_a_mask_of_the_tokens_is_not_warned(tmp_path, caplog):
     pretraining_dataset(_one_record(tmp_path, lambda f: None), 1, 7, 2, is_training=False)
     assert "input_mask" not in caplog.text
+
+
+def test_an_instance_longer_than_the_flags_is_refused():
+    with pytest.raises(RecordError, match="3 predictions exceeds"):
+        serialize_instance([2, 5, 3], [0] * 3, [1] * 3, [1, 1, 1], [5, 5, 5], 0, 4, 2)
+    with pytest.raises(RecordError, match="with 5 tokens"):
+        serialize_instance([2, 5, 5, 5, 3], [0] * 5, [1] * 5, [1], [5], 0, 4, 2)
+
+
+def test_a_record_without_is_real_example_is_real():
+    # Records of create_pretraining_data (and the original's) have no is_real_example.
+    real = serialize_instance([2, 5, 3], [0] * 3, [1] * 3, [1], [5], 0, 4, 2)
+    features = parse_examples(tf.constant([real, padding_record(4, 2)]), 4, 2)
+    assert features["is_real_example"].numpy().tolist() == [1, 0]
+
+
+def test_records_with_other_predictions_name_both_lengths(tmp_path):
+    other = str(tmp_path / "preds-3")
+    with tf.io.TFRecordWriter(other) as writer:
+        writer.write(serialize_instance([2, 5, 3], [0] * 3, [1] * 3, [1], [5], 0, 7, 3))
+    with pytest.raises(RecordError, match="max_seq_length=7 and max_predictions_per_seq=3"):
+        pretraining_dataset([other], 1, 7, 2, is_training=False)
+
+
+def test_a_negative_token_id_is_one_clear_error(tmp_path):
+    path = _write_records(str(tmp_path / "shard"), [([2, 5, 3], [5]), ([2, -1, 3], [5])])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[0\] = -1 is not in"):
+        list(pretraining_dataset(path, 1, 7, 2, is_training=False, vocab_size=1000))
+
+
+def test_eval_steps_count_every_local_replica(tmp_path):
+    # One pipeline feeding 2 replicas: each eval step takes a batch for each of them.
+    paths = _write_labelled_files(tmp_path, 1, 3)
+    context = tf.distribute.InputContext(
+        num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=2
+    )
+    dataset = pretraining_dataset(paths, 2, 7, 2, False, input_context=context, eval_steps=2)
+    real = [batch["is_real_example"].numpy().tolist() for batch in dataset]
+    assert real == [[1, 1], [1, 0], [0, 0], [0, 0]]

@@ -340,6 +340,15 @@ def test_settings_that_leave_no_room_are_errors(tokenizer):
         convert_examples_to_features([example], tokenizer, 10, 4, 8)
 
 
+def test_a_window_of_one_context_token_and_a_stride_of_one_are_the_smallest():
+    # Zero of either would make doc_spans step by 0 forever; one is enough.
+    check_window(12, 1, 8)  # 12 - 8 - 3 = 1 context token.
+    with pytest.raises(SquadDataError, match="leaves no room for the context"):
+        check_window(11, 1, 8)
+    with pytest.raises(SquadDataError, match="--doc_stride must be positive"):
+        check_window(12, 0, 8)
+
+
 def test_a_stride_beyond_the_window_gives_windows_end_to_end(tokenizer, caplog):
     # The original's `run_squad_v1 --max_seq_length=128` keeps --doc_stride=128 and
     # --max_query_length=64: windows of at most 61 context tokens. Each window starts where

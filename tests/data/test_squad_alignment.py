@@ -158,6 +158,9 @@ def test_align_strings_shares_out_a_replaced_stretch():
     assert align_strings("same", "same") == [(0, 1), (1, 2), (2, 3), (3, 4)]
     # A source character with no counterpart gets an empty range.
     assert align_strings("abXc", "abc") == [(0, 1), (1, 2), (2, 2), (2, 3)]
+    # Pieces matching both the start and the end of the text keep the leading match: the
+    # common prefix and suffix must not overlap (that moved "ab" onto the second "ab").
+    assert align_strings("ab", "abab") == [(0, 1), (1, 2)]
 
 
 def test_wordpiece_tokens_align_too(tmp_path):
@@ -170,3 +173,10 @@ def test_wordpiece_tokens_align_too(tmp_path):
     starts, ends = align_tokens(text, tokens, True, wordpiece=True)
     spans = [text[s : e + 1] for s, e in zip(starts, ends, strict=True)]
     assert spans == ["Naïve", "CAFÉ", "(", "東", ")", "Zoë"]
+
+
+def test_an_answer_between_two_tokens_covers_no_token():
+    # Tokens "abc" (0-2) and "efg" (4-6): an answer of only the space at 3 lies inside no
+    # token; the first token ending after it (1) comes after the last starting before it (0).
+    assert char_span_to_token_span([0, 4], [2, 6], 3, 3) is None
+    assert char_span_to_token_span([0, 4], [2, 6], 2, 4) == (0, 1)

@@ -255,3 +255,17 @@ def test_the_threshold_is_tuned_on_f1_unless_exact_match_is_asked_for():
     assert tuned.evaluation["f1"] == pytest.approx(100 * (2 / 3 + 1) / 2)
     by_exact = tune_null_threshold(dataset, predictions, null_odds, metric="exact")
     assert by_exact.threshold == 0.0 and by_exact.predictions == {"a": "", "n": ""}
+
+
+def test_v2_a_threshold_of_zero_is_a_threshold_not_none():
+    # 0.0 (the original's default flag value) must null an answer whose null score is above it.
+    results = {key: {**value, "cls_logits": np.array(0.5)} for key, value in V2_RESULTS.items()}
+    predictions, _, _ = compute_predictions_v2(
+        [EXAMPLE], [WINDOW_A, WINDOW_B], results, null_score_diff_threshold=0.0
+    )
+    assert predictions == {"q": ""}
+
+
+def test_v2_an_empty_null_odds_is_still_written(tmp_path):
+    paths = write_predictions(str(tmp_path), {}, {}, {})
+    assert json.loads(open(paths["null_odds"]).read()) == {}

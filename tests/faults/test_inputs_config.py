@@ -87,6 +87,40 @@ def test_hf_transformers_config_is_read_with_its_names(tmp_path):
     assert not set(written) & {"architectures", "model_type", "torch_dtype", "layer_norm_eps"}
 
 
+@pytest.mark.parametrize(
+    "hf_act, ours", [("gelu", "gelu_exact"), ("gelu_pytorch_tanh", "gelu"), ("relu", "relu")]
+)
+def test_hf_activation_names_map_to_the_same_function(tmp_path, hf_act, ours):
+    # HF's "gelu" is the exact erf GELU; the original's "gelu" is the tanh approximation.
+    hf = {"model_type": "albert", **BASE, "hidden_act": hf_act}
+    assert AlbertConfig.from_json_file(_write(tmp_path, hf, "config.json")).hidden_act == ours
+
+
+def test_hf_config_keys_left_out_take_hf_defaults(tmp_path):
+    # HF writes only what differs from its defaults in some configs: a missing key is HF's
+    # default, not an error (an albert_config.json must state every key).
+    leave_out = ("inner_group_num", "num_hidden_groups", "type_vocab_size", "hidden_act")
+    hf = {"model_type": "albert", **{k: v for k, v in BASE.items() if k not in leave_out}}
+    config = AlbertConfig.from_json_file(_write(tmp_path, hf, "config.json"))
+    assert (config.inner_group_num, config.num_hidden_groups, config.type_vocab_size) == (1, 1, 2)
+    assert config.hidden_act == "gelu"  # HF's default gelu_new: the original's tanh GELU.
+
+
+@pytest.mark.parametrize(
+    "marker", [{"architectures": ["AlbertModel"]}, {"transformers_version": "4"}]
+)
+def test_an_hf_config_without_model_type_is_still_read_as_hf(tmp_path, marker):
+    hf = {**marker, **BASE, "layer_norm_eps": 1e-12, "pad_token_id": 0}
+    assert AlbertConfig.from_json_file(_write(tmp_path, hf, "config.json")).hidden_size == 768
+
+
+@pytest.mark.parametrize("eps", [1e-5, 1e-14])
+def test_hf_config_with_another_layer_norm_epsilon_is_refused(tmp_path, eps):
+    hf = {"model_type": "albert", **BASE, "layer_norm_eps": eps}
+    with pytest.raises(ConfigError, match="ALBERT uses 1e-12"):
+        AlbertConfig.from_json_file(_write(tmp_path, hf, "config.json"))
+
+
 def test_hf_config_typo_is_still_an_error(tmp_path):
     hf = {"model_type": "albert", **BASE, "hiden_size": 3}
     with pytest.raises(ConfigError, match="unknown key `hiden_size`; did you mean `hidden_size`"):

@@ -85,3 +85,16 @@ def test_released_extra_keys_are_kept_not_used(tmp_path):
     config = AlbertConfig.from_json_file(str(tmp_path / "albert_config.json"))
     assert config.extra == {"net_structure_type": 0, "gap_size": 0, "layers_to_keep": []}
     assert config.to_dict()["gap_size"] == 0
+
+
+def test_the_default_layer_sharing_is_not_written():
+    # The original's albert_config.json has no `layer_sharing`: only an ablation writes it.
+    assert "layer_sharing" not in tiny_config().to_dict()
+    assert tiny_config(layer_sharing="not_shared").to_dict()["layer_sharing"] == "not_shared"
+
+
+def test_replace_gives_a_config_that_shares_nothing():
+    config = AlbertConfig.from_dict({**tiny_config().to_dict(), "gap_size": 0})
+    changed = config.replace(hidden_dropout_prob=0.1)
+    changed.extra["gap_size"] = 5
+    assert config.extra == {"gap_size": 0}
