@@ -239,3 +239,26 @@ def test_a_corrupted_or_missing_input_is_one_line_and_exit_2(tmp_path, capsys, m
         assert main_with_flags(*flags) == 2
         assert capsys.readouterr().err.startswith("convert_checkpoint: error: ")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_output_is_never_a_training_runs_directory_even_with_overwrite(tmp_path):
+    import keras
+
+    from albert.convert_checkpoint import check_output_dir
+    from tests.helpers import write_training_checkpoint
+
+    # Converting into it would rewrite its `checkpoint` file and break its resume.
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    write_training_checkpoint(model, str(tmp_path / "run"), 1)
+    with pytest.raises(CheckpointError, match=r"\(it holds a training checkpoint\)"):
+        check_output_dir(str(tmp_path / "run"), overwrite=True)
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "run.lock").write_text("")
+    with pytest.raises(CheckpointError, match=r"\(it holds run\.lock\)"):
+        check_output_dir(str(tmp_path / "locked"), overwrite=True)
+    # Other files are replaced with --overwrite only.
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.json").write_text("{}")
+    check_output_dir(str(tmp_path / "other"), overwrite=True)
+    with pytest.raises(CheckpointError, match=r"is not empty \(config\.json\)"):
+        check_output_dir(str(tmp_path / "other"))
