@@ -346,3 +346,30 @@ def test_saved_checkpoints_are_evaluated_and_pruned_by_eval_alone_only(
     results = engine._run_locked(task, tf.distribute.get_strategy(), options, None, False, None)
     assert results == {"global_step": 2, "accuracy": 0.5}
     assert calls == ([1] if evaluated_again else [])
+
+
+def test_the_predict_step_runs_the_model_in_inference_mode():
+    # Every evaluation and prediction goes through it: with dropout, a pass in training mode
+    # would score a different random model each time.
+    import keras
+
+    from albert.training import predict
+
+    inputs = keras.Input((4,))
+    dropped = keras.layers.Dropout(0.5, seed=1)(inputs)
+    model = keras.Model(inputs, {"logits": keras.layers.Dense(2, name="dense")(dropped)})
+    stub = types.SimpleNamespace(
+        kept_features=("label_ids",), prediction_keys=("logits",), _inputs=lambda f: f["x"]
+    )
+    step = engine.FineTuningTask._predict_step(stub, model)
+    x = tf.reshape(tf.range(12, dtype=tf.float32), [3, 4])
+    features = {
+        "x": x,
+        "label_ids": tf.constant([0, 1, 0]),
+        predict.EXAMPLE_INDEX: tf.constant([0, 1, 2]),
+        predict.IS_REAL_EXAMPLE: tf.constant([1, 1, 0]),
+    }
+    outputs = step(features)
+    np.testing.assert_allclose(outputs["logits"], model(x, training=False)["logits"], rtol=1e-6)
+    kept = ["logits", "label_ids", predict.EXAMPLE_INDEX, predict.IS_REAL_EXAMPLE]
+    assert sorted(outputs) == sorted(kept)

@@ -191,6 +191,26 @@ def test_epochs_and_warmup_proportion_become_steps_as_the_original():
         hyperparameters.steps_from_epochs(
             flag_values_of("run_squad_v1", "--warmup_proportion=1.5"), "squad1.1", lambda: 10
         )
+    # A set smaller than a batch still trains a step; a proportion of 0 is no warmup.
+    flag_values = flag_values_of("run_squad_v1", "--num_train_epochs=1", "--warmup_proportion=0")
+    hyperparameters.steps_from_epochs(flag_values, "squad1.1", lambda: 10)
+    assert (flag_values.num_train_steps, flag_values.num_warmup_steps) == (1, 0)
+
+
+def test_the_tasks_checks_see_the_flags_the_table_filled():
+    # run_race checks --max_qa_length against the --max_seq_length the table may fill.
+    class Checked(Exception):
+        pass
+
+    def check(flag_values):
+        assert flag_values.max_seq_length == 512  # the paper's row for mrpc
+        raise Checked
+
+    flag_values = flag_values_of(
+        "run_classifier", "--output_dir=out", "--do_train", "--spm_model_file=missing.model"
+    )
+    with pytest.raises(Checked):
+        finetuning_flags.setup_from_flags(flag_values, lambda flag_values: "mrpc", check)
 
 
 def test_aliases_of_the_original_names():
