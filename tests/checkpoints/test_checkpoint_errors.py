@@ -99,3 +99,23 @@ def test_not_an_albert_model(tmp_path):
     path = _write(tmp_path, lambda arrays: None)
     with pytest.raises(CheckpointError, match="Received: Sequential"):
         load_checkpoint(keras.Sequential([keras.layers.Dense(2)]), path)
+
+
+def test_a_checkpoint_without_the_encoder_is_missing_all_of_it(tmp_path):
+    # Only the pretraining heads: the encoder is never optional (heads are), so it is not left
+    # at its random initial values without a word.
+    def heads_only(arrays):
+        for name in [n for n in arrays if not n.startswith("cls/")]:
+            del arrays[name]
+
+    path = _write(tmp_path, heads_only)
+    _load_fails(AlbertPretrainer(tiny_config()), path, "missing")
+
+
+def test_two_names_of_one_activation_are_the_same_architecture():
+    # "gelu_new" is HF's name of the original's "gelu" (the tanh approximation).
+    from albert.checkpoints.table import check_config
+
+    check_config(tiny_config(hidden_act="gelu_new"), tiny_config(hidden_act="gelu"), "x")
+    with pytest.raises(CheckpointError, match="hidden_act='relu' vs 'gelu'"):
+        check_config(tiny_config(hidden_act="relu"), tiny_config(hidden_act="gelu"), "x")

@@ -110,6 +110,12 @@ def test_masked_lm_only_input_keeps_its_head(tmp_path):
     tf1 = read_tf1(tmp_path / "tf1" / "model.ckpt")
     np.testing.assert_array_equal(tf1["cls/predictions/output_bias"], mlm_only["predictions.bias"])
     assert not any(name.startswith("cls/seq_relationship") for name in tf1)
+    # A Keras file holds a whole pretrainer or a backbone: the encoder alone, which loads.
+    from albert.checkpoints import load_checkpoint, read_config
+    from albert.modeling import AlbertBackbone
+
+    written = convert(str(source), str(tmp_path / "keras"), "keras")
+    load_checkpoint(AlbertBackbone(read_config(str(source))), written)
 
 
 def test_masked_lm_file_without_pooler_round_trips_without_one(tmp_path):
@@ -239,3 +245,47 @@ def test_a_corrupted_or_missing_input_is_one_line_and_exit_2(tmp_path, capsys, m
         assert main_with_flags(*flags) == 2
         assert capsys.readouterr().err.startswith("convert_checkpoint: error: ")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_output_is_never_a_training_runs_directory_even_with_overwrite(tmp_path):
+    import keras
+
+    from albert.convert_checkpoint import check_output_dir
+    from tests.helpers import write_training_checkpoint
+
+    # Converting into it would rewrite its `checkpoint` file and break its resume.
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    write_training_checkpoint(model, str(tmp_path / "run"), 1)
+    with pytest.raises(CheckpointError, match=r"\(it holds a training checkpoint\)"):
+        check_output_dir(str(tmp_path / "run"), overwrite=True)
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "run.lock").write_text("")
+    with pytest.raises(CheckpointError, match=r"\(it holds run\.lock\)"):
+        check_output_dir(str(tmp_path / "locked"), overwrite=True)
+    # Other files are replaced with --overwrite only.
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.json").write_text("{}")
+    check_output_dir(str(tmp_path / "other"), overwrite=True)
+    with pytest.raises(CheckpointError, match=r"is not empty \(config\.json\)"):
+        check_output_dir(str(tmp_path / "other"))
+
+
+def test_race_is_recognised_in_any_case_for_a_multiple_choice_head():
+    from albert.convert_checkpoint import task_labels
+    from albert.modeling import AlbertBackbone, AlbertMultipleChoice
+
+    model = AlbertMultipleChoice(AlbertBackbone(tiny_config()))
+    for name in ("race", "RACE", " Race "):
+        assert task_labels(model, "in", name) is None
+
+
+def test_an_hf_regression_head_is_not_taken_for_races_with_task_name_race(tmp_path):
+    # An HF file names its class: AlbertForSequenceClassification with one label is STS-B's
+    # head, whatever --task_name says (in TF1 or Keras, one label may be either).
+    from albert.checkpoints import save_checkpoint
+    from albert.convert_checkpoint import OutputFormatError
+    from albert.modeling import AlbertClassifier
+
+    save_checkpoint(AlbertClassifier(tiny_config(), num_labels=1), str(tmp_path / "sts"), "hf")
+    with pytest.raises(OutputFormatError, match="not the multiple-choice head of --task_name=race"):
+        convert(str(tmp_path / "sts"), str(tmp_path / "out"), "tf1", task_name="race")

@@ -291,3 +291,32 @@ def test_equal_embedding_and_hidden_size_writes_and_requires_an_identity_mapping
     save_file(weights, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match="not the identity"):
         load_checkpoint(AlbertPretrainer(config), str(tmp_path))
+
+
+def _edited_config(tmp_path, edit):
+    path = _fixture_copy(tmp_path)
+    with open(os.path.join(path, "config.json")) as f:
+        config = json.load(f)
+    edit(config)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    return path
+
+
+def test_a_config_without_model_type_is_read_as_albert(tmp_path):
+    path = _edited_config(tmp_path, lambda config: config.pop("model_type"))
+    assert read_config(path) == read_config(HF_FIXTURE)
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("layer_norm_eps", 1e-13, "layer_norm_eps=1e-13; ALBERT uses 1e-12"),
+        ("layer_norm_eps", 1e-5, "layer_norm_eps=1e-05; ALBERT uses 1e-12"),
+        ("position_embedding_type", "relative_key", "relative_key positions"),
+    ],
+)
+def test_a_config_of_another_computation_is_refused(tmp_path, key, value, message):
+    path = _edited_config(tmp_path, lambda config: config.update({key: value}))
+    with pytest.raises(CheckpointError, match=message):
+        read_config(path)

@@ -249,6 +249,28 @@ def test_bugs_keep_their_traceback():
     assert describe_failure(tf.errors.InvalidArgumentError(None, None, "shapes differ")) is None
 
 
+def test_entry_points_print_user_errors_in_one_line_and_keep_bugs_tracebacks(monkeypatch, capsys):
+    from albert.training import flags as training_flags
+
+    monkeypatch.setattr(sys, "argv", ["prog"])
+    monkeypatch.delenv("ALBERT_TRACEBACK", raising=False)
+    monkeypatch.setattr(training_flags, "quiet_python_logs", lambda: None)
+
+    def user_error(argv):
+        raise training_flags.FlagError("--output_dir is required.")
+
+    with pytest.raises(SystemExit) as exit_info:
+        training_flags.run_main(user_error)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == "prog: error: --output_dir is required.\n"
+
+    def bug(argv):
+        raise KeyError("a bug")
+
+    with pytest.raises(KeyError, match="a bug"):
+        training_flags.run_main(bug)
+
+
 def test_traceback_switches(monkeypatch):
     monkeypatch.delenv("ALBERT_TRACEBACK", raising=False)
     assert not traceback_requested(0) and not traceback_requested(None)

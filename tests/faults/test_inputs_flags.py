@@ -59,6 +59,7 @@ def test_unset_flags_and_defaults_pass():
         ("--max_eval_steps=0", "max_eval_steps"),
         ("--num_train_steps=0", "num_train_steps"),
         ("--iterations_per_loop=0", "iterations_per_loop"),
+        ("--gradient_accumulation_steps=0", "gradient_accumulation_steps"),
     ],
 )
 def test_pretraining_flag_ranges(arg, name):
@@ -137,8 +138,10 @@ def test_pretraining_poly_power_must_be_finite():
             "=600 (after --start_warmup_step=500) is",
         ),
         (classification.define_classifier_flags, ["--train_step=8", "--warmup_step=10"], "=10 is"),
+        # The last step's rate is 9/10 of the peak: still rising.
+        (classification.define_classifier_flags, ["--train_step=10", "--warmup_step=10"], "=10 is"),
     ],
-    ids=["pretraining_default", "start_warmup_step", "finetuning_given"],
+    ids=["pretraining_default", "start_warmup_step", "finetuning_given", "finetuning_equal"],
 )
 def test_warmup_beyond_training_is_warned(caplog, define, args, warned):
     # The original trains so too (the rate never peaks), so a warning, not an error.
@@ -186,3 +189,39 @@ def test_the_quickstart_refuses_a_remote_output_dir(tmp_path, monkeypatch, capsy
     assert exit_info.value.code == 2 and stderr.count("\n") == 1
     assert stderr.startswith("quickstart: error: --output_dir must be a local folder")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args, steps",
+    [
+        ([], training_flags.OFF_TPU_STEPS_PER_CALL),  # the default 1000 is a TPU setting
+        (["--iterations_per_loop=500"], 500),  # given: as given
+        (["--use_tpu"], 1000),
+    ],
+)
+def test_steps_per_host_call(args, steps):
+    flag_values = _parsed(training_flags.define_pretraining_flags, *args)
+    assert training_flags.steps_per_host_call(flag_values) == steps
+
+
+@pytest.mark.parametrize(
+    "args, defaulted",
+    [
+        ([], ("eval_batch_size", "predict_batch_size")),
+        (["--eval_batch_size=16"], ("predict_batch_size",)),
+    ],
+)
+def test_batch_flags_left_at_their_defaults_are_the_ones_fitted(args, defaulted):
+    # Those fit the replica count (rounded up); a batch given must divide evenly.
+    flag_values = _parsed(
+        classification.define_classifier_flags, "--do_train", "--output_dir=out", *args
+    )
+    options = training_flags.run_options_from_flags(flag_values)
+    assert options.defaulted_batch_flags == defaulted
+
+
+def test_a_required_flag_given_empty_is_missing():
+    # `--output_dir=$OUT` with $OUT unset.
+    flag_values = _parsed(classification.define_classifier_flags, "--output_dir=")
+    with pytest.raises(FlagError, match=r"^--output_dir is required\.$"):
+        training_flags.require(flag_values, "output_dir")

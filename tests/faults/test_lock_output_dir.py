@@ -140,3 +140,13 @@ def test_on_a_non_local_filesystem_another_containers_lock_is_refused():
             pass
     with tf.io.gfile.GFile(lock) as f:
         assert f.read() == holder
+
+
+def test_a_worker_that_does_not_own_the_directory_takes_no_lock(tmp_path):
+    # A non-chief worker of a multi-worker run: the chief holds the lock for the run.
+    lock = tmp_path / LOCK_FILE
+    text = "host = other-host\npid = 1\nstarted = 2026-11-26T00:00:00+00:00\n"
+    lock.write_text(text)
+    with output_dir_lock(str(tmp_path), enabled=False):
+        assert lock.read_text() == text
+    assert lock.read_text() == text

@@ -319,3 +319,31 @@ def test_eval_loss_is_finite_for_confident_wrong_logits():
     loss = classification.mean_loss(logits, np.array([1, 1]), regression=False)
     expected = (1000.0 + np.log1p(np.exp(-3.0))) / 2
     assert loss == pytest.approx(expected)
+
+
+def test_predicted_classes_are_the_predictions_then_the_labels():
+    # warn_if_one_class warns when every prediction is one class and the labels hold several.
+    task = classification.GlueTask("mrpc", "glue", None, None, 8, 8, 8, 8)
+    logits = np.array([[0.0, 1.0], [0.0, 2.0], [0.0, 3.0]])
+    predicted, true = task.predicted_classes({"logits": logits, "label_ids": [0, 1, 0]})
+    assert list(predicted) == ["1", "1", "1"] and list(true) == ["0", "1", "0"]
+
+
+@pytest.mark.parametrize("args, threshold", [([], None), (["--threshold_to_export=0.25"], 0.25)])
+def test_threshold_to_export_is_none_unless_given(monkeypatch, args, threshold):
+    from types import SimpleNamespace
+
+    from absl import flags
+
+    setup = SimpleNamespace(
+        task_key="mrpc", tokenizer=None, config=None, strategy=None, options=None
+    )
+    monkeypatch.setattr(classification.finetuning_flags, "setup_from_flags", lambda *args: setup)
+    monkeypatch.setattr(classification.engine, "run_with_flags", lambda task, *args: task)
+    flag_values = flags.FlagValues()
+    classification.define_classifier_flags(flag_values)
+    flag_values(
+        ["run_classifier", "--task_name=mrpc", "--output_dir=out", "--max_seq_length=8", *args]
+    )
+    task = classification.run_from_flags(flag_values)
+    assert task.threshold_to_export == threshold

@@ -2,6 +2,7 @@
 an HF directory, a pretraining output directory (its TF1-named model.ckpt-best or a training
 checkpoint) or a fine-tuning run (head kept when it fits), with clear errors otherwise."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ from albert.modeling import AlbertBackbone, AlbertClassifier, AlbertPretrainer
 from albert.tasks import engine
 from albert.tasks.pretraining import PretrainingTask
 from albert.training import loop
+from albert.training.inputs import InputError
 from tests.helpers import write_training_checkpoint
 
 CONFIG = AlbertConfig.from_dict(synthetic.TINY_CONFIG)
@@ -221,3 +223,153 @@ def test_two_replicas_give_the_one_device_result(tmp_path):
         assert abs(mirrored["metrics"][key] - metrics[key]) < 1e-5, key
     assert expected.shape == (11, 2)
     assert np.max(np.abs(np.array(mirrored["probabilities"]) - expected)) < 1e-5
+
+
+class _StubTask:
+    """What `engine`'s helpers read of a task, without a model or data."""
+
+    best_metric = "accuracy"
+
+    def __init__(self, eval_batch=8, predict_batch=8, shared_features=False):
+        self.batch_sizes = {engine.EVAL: eval_batch, engine.PREDICT: predict_batch}
+        self._features = {engine.EVAL: object()}
+        self._features[engine.PREDICT] = (
+            self._features[engine.EVAL] if shared_features else object()
+        )
+        self.predicted = []
+
+    @property
+    def eval_batch_size(self):
+        return self.batch_sizes[engine.EVAL]
+
+    @eval_batch_size.setter
+    def eval_batch_size(self, value):
+        self.batch_sizes[engine.EVAL] = value
+
+    def features(self, role):
+        return self._features[role]
+
+    def predict(self, model, strategy, role, steps_per_call=1):
+        self.predicted.append(role)
+        return {"from": role}
+
+    def check_export(self):
+        pass
+
+
+def test_eval_predictions_stand_for_predict_ones_only_over_the_same_features_and_batches():
+    evaluated = {"from": engine.EVAL}
+    # GLUE: dev and test are other examples, whatever the batch sizes.
+    task = _StubTask()
+    assert engine._final_predictions(task, None, None, 1, evaluated) == {"from": engine.PREDICT}
+    # SQuAD's --predict_file: the same features; at another batch size, a pass of its own.
+    task = _StubTask(predict_batch=4, shared_features=True)
+    assert engine._final_predictions(task, None, None, 1, evaluated) == {"from": engine.PREDICT}
+    task = _StubTask(shared_features=True)
+    assert engine._final_predictions(task, None, None, 1, evaluated) is evaluated
+    assert task.predicted == []
+
+
+def test_batches_left_at_their_defaults_fit_the_replicas_and_given_ones_must_divide():
+    options = loop.RunOptions(
+        output_dir="out",
+        num_train_steps=1,
+        train_batch_size=4,
+        eval_batch_size=3,
+        do_eval=True,
+        defaulted_batch_flags=("eval_batch_size", "predict_batch_size"),
+    )
+    task = _StubTask(eval_batch=3, predict_batch=3)
+    fitted = engine.fit_batch_sizes(task, 2, options, do_predict=True)
+    assert fitted.eval_batch_size == 4 and task.batch_sizes == {"eval": 4, "predict": 4}
+    given = dataclasses.replace(options, defaulted_batch_flags=("eval_batch_size",))
+    with pytest.raises(InputError, match="--predict_batch_size=3 must be a positive multiple"):
+        engine.fit_batch_sizes(_StubTask(predict_batch=3), 2, given, do_predict=True)
+    # Without --do_predict the predict batch is not used, so not checked.
+    engine.fit_batch_sizes(_StubTask(predict_batch=3), 2, given, do_predict=False)
+
+
+def test_an_export_dir_beside_the_output_dir_is_not_inside_it(tmp_path):
+    task = _StubTask()
+    engine.check_export_target(task, str(tmp_path / "run_export"), str(tmp_path / "run_export2"))
+    with pytest.raises(engine.FineTuningError, match="holds --output_dir"):
+        engine.check_export_target(task, str(tmp_path / "run"), str(tmp_path / "run" / "out"))
+
+
+@pytest.mark.parametrize(
+    "keep_checkpoint_max, best_metric, pruned",
+    [(5, "accuracy", True), (0, "accuracy", False), (5, None, False)],
+)
+def test_eval_alone_prunes_unless_every_checkpoint_is_kept_or_there_is_no_best(
+    tmp_path, monkeypatch, keep_checkpoint_max, best_metric, pruned
+):
+    calls = []
+    monkeypatch.setattr(
+        engine.pruning, "remove_evaluated_checkpoints", lambda *args: calls.append(args)
+    )
+    task = _StubTask()
+    task.best_metric = best_metric
+    options = loop.RunOptions(
+        output_dir=str(tmp_path),
+        num_train_steps=1,
+        train_batch_size=1,
+        do_train=False,
+        do_eval=True,
+        keep_checkpoint_max=keep_checkpoint_max,
+    )
+    engine._evaluate_saved_checkpoints(task, None, tf.distribute.get_strategy(), options)
+    assert bool(calls) == pruned
+
+
+@pytest.mark.parametrize("do_train, evaluated_again", [(True, False), (False, True)])
+def test_saved_checkpoints_are_evaluated_and_pruned_by_eval_alone_only(
+    tmp_path, monkeypatch, do_train, evaluated_again
+):
+    # After --do_train --do_eval the loop has evaluated every checkpoint it saved, and the
+    # run keeps them as --keep_checkpoint_max says: no second evaluation pass, no pruning.
+    calls = []
+    monkeypatch.setattr(engine.loop, "run", lambda *args: {"accuracy": 0.5})
+    monkeypatch.setattr(engine, "_evaluate_saved_checkpoints", lambda *args: calls.append(1))
+    monkeypatch.setattr(engine, "load_final_weights", lambda *args: ("model.ckpt-2", 2))
+    monkeypatch.setattr(engine, "_final_metrics", lambda *args: ({"accuracy": 0.5}, None))
+    task = _StubTask()
+    task.create_model = lambda: None
+    task.head_labels = ()
+    task.eval_results_entries = lambda metrics: metrics
+    options = loop.RunOptions(
+        output_dir=str(tmp_path),
+        num_train_steps=2,
+        train_batch_size=1,
+        do_train=do_train,
+        do_eval=True,
+    )
+    results = engine._run_locked(task, tf.distribute.get_strategy(), options, None, False, None)
+    assert results == {"global_step": 2, "accuracy": 0.5}
+    assert calls == ([1] if evaluated_again else [])
+
+
+def test_the_predict_step_runs_the_model_in_inference_mode():
+    # Every evaluation and prediction goes through it: with dropout, a pass in training mode
+    # would score a different random model each time.
+    import keras
+
+    from albert.training import predict
+
+    inputs = keras.Input((4,))
+    dropped = keras.layers.Dropout(0.5, seed=1)(inputs)
+    model = keras.Model(inputs, {"logits": keras.layers.Dense(2, name="dense")(dropped)})
+    stub = types.SimpleNamespace(
+        kept_features=("label_ids",), prediction_keys=("logits",), _inputs=lambda f: f["x"]
+    )
+    step = engine.FineTuningTask._predict_step(stub, model)
+    x = tf.reshape(tf.range(12, dtype=tf.float32), [3, 4])
+    features = {
+        "x": x,
+        "label_ids": tf.constant([0, 1, 0]),
+        predict.EXAMPLE_INDEX: tf.constant([0, 1, 2]),
+        predict.IS_REAL_EXAMPLE: tf.constant([1, 1, 0]),
+    }
+    outputs = step(features)
+    np.testing.assert_allclose(outputs["logits"], model(x, training=False)["logits"], rtol=1e-6)
+    kept = ["logits", "label_ids", predict.EXAMPLE_INDEX, predict.IS_REAL_EXAMPLE]
+    assert sorted(outputs) == sorted(kept)

@@ -63,3 +63,15 @@ def test_reading_logs_its_progress(tmp_path, monkeypatch, absl_caplog):
     assert f"eval features: read {NUM_EXAMPLES}/{NUM_EXAMPLES} examples (100%)" in (
         absl_caplog.text
     )
+
+
+def test_a_damaged_file_of_the_same_features_is_written_again(tmp_path):
+    dataset, columns = _dataset()
+    path = feature_files.write_features_file(dataset, str(tmp_path), "train")
+    with open(path, "r+b") as f:  # a copy cut short
+        f.truncate(f.seek(0, 2) // 2)
+    assert feature_lib.cache_damage(path) is not None
+    assert feature_files.write_features_file(dataset, str(tmp_path), "train") == path
+    assert feature_lib.cache_damage(path) is None
+    _, count = feature_lib.read_feature_records(path)
+    assert count == NUM_EXAMPLES

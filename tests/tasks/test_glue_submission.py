@@ -36,3 +36,20 @@ def test_submission_files(tmp_path):
     assert open(names["cola"]).read() == "index\tprediction\n0\t1\n"
     with pytest.raises(GlueDataError, match="4 predictions for 3 rte test examples"):
         write_submission(str(tmp_path), "rte", examples, [0, 1, 0, 0])
+
+
+def test_submit_results_tsv_is_the_submission(tmp_path):
+    # The original's name for the server's file: the same lines, not test_results.tsv's.
+    from albert.tasks.glue_submission import write_glue_predictions
+
+    examples = [InputExample(str(i), "a", "b") for i in (0, 1)]
+    probabilities = np.array([[0.25, 0.75], [0.9, 0.1]], np.float32)
+    paths = write_glue_predictions(str(tmp_path), "rte", examples, probabilities)
+    assert [p.rsplit("/", 1)[1] for p in paths] == [
+        "test_results.tsv",
+        "RTE.tsv",
+        "submit_results.tsv",
+    ]
+    submission = "index\tprediction\n0\tnot_entailment\n1\tentailment\n"
+    assert open(paths[1]).read() == submission
+    assert open(paths[2]).read() == submission

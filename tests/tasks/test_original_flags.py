@@ -191,6 +191,26 @@ def test_epochs_and_warmup_proportion_become_steps_as_the_original():
         hyperparameters.steps_from_epochs(
             flag_values_of("run_squad_v1", "--warmup_proportion=1.5"), "squad1.1", lambda: 10
         )
+    # A set smaller than a batch still trains a step; a proportion of 0 is no warmup.
+    flag_values = flag_values_of("run_squad_v1", "--num_train_epochs=1", "--warmup_proportion=0")
+    hyperparameters.steps_from_epochs(flag_values, "squad1.1", lambda: 10)
+    assert (flag_values.num_train_steps, flag_values.num_warmup_steps) == (1, 0)
+
+
+def test_the_tasks_checks_see_the_flags_the_table_filled():
+    # run_race checks --max_qa_length against the --max_seq_length the table may fill.
+    class Checked(Exception):
+        pass
+
+    def check(flag_values):
+        assert flag_values.max_seq_length == 512  # the paper's row for mrpc
+        raise Checked
+
+    flag_values = flag_values_of(
+        "run_classifier", "--output_dir=out", "--do_train", "--spm_model_file=missing.model"
+    )
+    with pytest.raises(Checked):
+        finetuning_flags.setup_from_flags(flag_values, lambda flag_values: "mrpc", check)
 
 
 def test_aliases_of_the_original_names():
@@ -204,6 +224,7 @@ def test_aliases_of_the_original_names():
     [
         ("models/albert_base_v2/albert_config.json", "v2"),
         ("albert_xxlarge_v2", "v2"),
+        ("gs://bucket/ALBERT_LARGE_V2/albert_config.json", "v2"),  # a path's case is kept
         ("models/albert_base/albert_config.json", "v1"),
         ("models/v20/config.json", "v1"),
     ],
@@ -263,6 +284,42 @@ def test_hub_module_folder_and_url(tmp_path):
                 "run_squad_v1", f"--albert_hub_module_handle={module}", "--init_checkpoint=x"
             )
         )
+
+
+def test_flags_given_with_a_hub_module_win_over_its_files(tmp_path):
+    module = _hub_module(tmp_path / "albert_base_3")
+    (Path(module) / "assets" / "albert_config.json").write_text("{}")
+    flag_values = flag_values_of(
+        "run_classifier",
+        f"--albert_hub_module_handle={module}",
+        "--vocab_file=vocab.txt",  # a WordPiece model: no SentencePiece model to take
+        "--albert_config_file=my_config.json",
+    )
+    finetuning_flags.apply_hub_module(flag_values)
+    assert flag_values.init_checkpoint == f"{module}/variables/variables"
+    assert flag_values.spm_model_file is None
+    assert flag_values.albert_config_file == "my_config.json"
+
+
+def test_the_config_takes_the_dropout_flag_and_fits_the_sequence_length(tmp_path):
+    # --albert_dropout_prob=0 (most rows of the paper's table) turns a v1 config's 0.1 off.
+    path = synthetic.write_config(
+        tmp_path / "albert_config.json", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1
+    )
+    max_positions = synthetic.TINY_CONFIG["max_position_embeddings"]
+    flag_values = flag_values_of(
+        "run_classifier",
+        f"--albert_config_file={path}",
+        "--albert_dropout_prob=0",
+        f"--max_seq_length={max_positions}",  # every position embedding used: fits
+    )
+    config = finetuning_flags.config_from_flags(flag_values)
+    assert config.hidden_dropout_prob == 0.0 and config.attention_probs_dropout_prob == 0.0
+    flag_values.max_seq_length = max_positions + 1
+    with pytest.raises(
+        FlagError, match=f"exceeds the config's max_position_embeddings={max_positions}"
+    ):
+        finetuning_flags.config_from_flags(flag_values)
 
 
 def test_feature_file_flags_select_the_cache_directory(tmp_path):

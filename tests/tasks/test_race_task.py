@@ -164,3 +164,29 @@ def test_export_needs_a_sentencepiece_model(tmp_path):
     task = race.RaceTask(str(tmp_path), FullTokenizer(vocab_file=vocab_file), None, 32, 10, 4, 4, 4)
     with pytest.raises(engine.FineTuningError, match="--export_dir needs --spm_model_file"):
         task.check_export()
+
+
+def test_the_originals_feature_file_flags_select_each_roles_cache(monkeypatch):
+    from types import SimpleNamespace
+
+    setup = SimpleNamespace(tokenizer=None, config=None, strategy=None, options=None)
+    monkeypatch.setattr(race.finetuning_flags, "setup_from_flags", lambda *args: setup)
+    monkeypatch.setattr(race.engine, "run_with_flags", lambda task, *args: task)
+    flag_values = flags.FlagValues()
+    race.define_race_flags(flag_values)
+    flag_values(
+        [
+            "run_race",
+            "--output_dir=out",
+            "--max_seq_length=16",
+            "--train_file=train_dir/train.tf_record",
+            "--eval_file=dev_dir/eval.tf_record",
+            "--predict_file=test_dir/predict.tf_record",
+        ]
+    )
+    task = race.run_from_flags(flag_values)
+    assert task.cached_dir == {
+        engine.TRAIN: "train_dir",
+        engine.EVAL: "dev_dir",
+        engine.PREDICT: "test_dir",
+    }

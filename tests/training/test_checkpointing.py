@@ -245,3 +245,59 @@ def test_the_training_loop_saves_input_positions_with_its_worker_count(tmp_path,
             lambda step: create_optimizer("adamw", 0.01, 2, global_step=step),
         )
     assert (built["worker_index"], built["num_workers"]) == (0, 3)
+
+
+def _saver(output_dir, write_dir=None, worker_index=0, max_to_keep=5):
+    model = keras.Sequential([keras.layers.Dense(2)])
+    model.build((None, 3))
+    step = tf.Variable(0, dtype=tf.int64)
+    return checkpointing.TrainingCheckpoints(
+        str(output_dir),
+        str(write_dir or output_dir),
+        model,
+        keras.optimizers.SGD(),
+        step,
+        max_to_keep=max_to_keep,
+        worker_index=worker_index,
+    )
+
+
+def test_a_state_file_that_names_only_the_newest_checkpoint_is_read(tmp_path):
+    # As TF1 tools and hand edits write it: no all_model_checkpoint_paths lines.
+    _saver(tmp_path).save(3)
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-3"\n')
+    assert checkpointing.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-3")
+    assert checkpointing.saved_checkpoints(str(tmp_path)) == [str(tmp_path / "model.ckpt-3")]
+
+
+def test_leftovers_of_killed_writes_go_even_of_steps_the_rerun_never_writes(tmp_path):
+    # Killed while saving step 9, resumed by a run that saves elsewhere (another cadence, or
+    # --do_eval alone): TensorFlow's own merge never comes back to these.
+    _saver(tmp_path).save(3)
+    part = "part-00000-of-00001.data-00000-of-00001.tempstate8301734466204712419"
+    leftovers = [
+        tmp_path / "model.ckpt-9_temp" / part,
+        tmp_path / "input_state" / "worker_0" / "ckpt-9_temp" / part,
+        tmp_path / "input_state" / "worker_1" / "ckpt-9_temp" / part,
+        tmp_path / ".model.ckpt-best.data-00000-of-00001.tmp-0123456789abcdef",
+    ]
+    for path in leftovers:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"\0" * 100)
+    # A non-chief worker cleans its own input-state folder only.
+    _saver(tmp_path, tmp_path / "scratch", worker_index=1).remove_unfinished_writes()
+    assert [path.exists() for path in leftovers] == [True, True, False, True]
+    _saver(tmp_path).remove_unfinished_writes()
+    assert not any(path.parent.exists() and path.exists() for path in leftovers)
+    assert not (tmp_path / "model.ckpt-9_temp").exists()
+    assert checkpointing.is_intact(str(tmp_path / "model.ckpt-3"))
+
+
+def test_input_positions_go_with_the_checkpoints_the_manager_drops(tmp_path):
+    saver = _saver(tmp_path, max_to_keep=2)
+    saver.input_iterator = iter(tf.data.Dataset.range(10))
+    for step in range(1, 5):
+        next(saver.input_iterator)
+        saver.save(step)
+    states = tmp_path / "input_state" / "worker_0"
+    assert sorted({p.name.split(".")[0] for p in states.iterdir()}) == ["ckpt-3", "ckpt-4"]

@@ -89,6 +89,10 @@ def test_a_count_that_does_not_divide_the_replica_batch_is_refused(tmp_path):
     with pytest.raises(InputError, match="over 2 replica"):
         loop.batch_sizes(_options(tmp_path, 2, batch=6), 2)  # 3 per replica
     assert loop.batch_sizes(_options(tmp_path, 3, batch=6), 2) == {"train_batch_size": 6}
+    # 6 % -1 == 0, and 6 % 0 is a ZeroDivisionError: neither is a count of micro-batches.
+    for micro_batches in (0, -1):
+        with pytest.raises(InputError, match=f"^--gradient_accumulation_steps={micro_batches} "):
+            loop.batch_sizes(_options(tmp_path, micro_batches), 1)
 
 
 UNITS = 10  # mask bits per row; codes and their squares stay exact in float32

@@ -151,3 +151,55 @@ def test_checkpoints_written_after_the_records_stay(tmp_path):
         write_training_checkpoint(_model(100 + step), str(new), step, max_to_keep=0)
     _prune(str(new))
     assert _listed(str(new)) == list(STEPS)
+
+
+def test_nothing_is_removed_before_any_evaluation(tmp_path):
+    directory = _run_dir(tmp_path)
+    os.remove(os.path.join(directory, checkpointing.EVALUATED_FILE))
+    _prune(directory)
+    assert _listed(directory) == list(STEPS)
+    assert _stored(directory) == (set(STEPS), set(STEPS))
+
+
+def test_the_best_step_stays_when_model_ckpt_best_is_an_older_copy_or_damaged(tmp_path):
+    # model.ckpt-best of step 6 but written before this run's model.ckpt-6: an earlier run's
+    # best at the same step, other weights.
+    directory = _run_dir(tmp_path / "older", best_copy=0)
+    earlier = str(tmp_path / "earlier")
+    write_training_checkpoint(_model(106), earlier, 6, max_to_keep=0)
+    best = f"{directory}/{training_format.BEST_PREFIX}"
+    training_format.copy_checkpoint(f"{earlier}/model.ckpt-6", best)
+    written = os.stat(f"{directory}/model.ckpt-6.index").st_mtime
+    for path in tf.io.gfile.glob(best + ".*"):
+        os.utime(path, (written - 60, written - 60))
+    _prune(directory)
+    assert _listed(directory) == [6, 12, 15]
+    # A damaged copy of the right step holds nothing to fall back on either.
+    directory = _run_dir(tmp_path / "damaged")
+    (data,) = tf.io.gfile.glob(f"{directory}/{training_format.BEST_PREFIX}.data-*")
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 2)
+    _prune(directory)
+    assert _listed(directory) == [6, 12, 15]
+
+
+def test_a_checkpoint_loses_its_index_first(tmp_path, monkeypatch):
+    # Killed after the first file of step 3 is deleted: what is left of it is not a
+    # checkpoint any reader takes (no .index), and the next call removes it.
+    directory = _run_dir(tmp_path)
+    remove = tf.io.gfile.remove
+    removed = []
+
+    class Killed(Exception):
+        pass
+
+    def remove_then_die(path):
+        if removed:
+            raise Killed
+        removed.append(path)
+        remove(path)
+
+    monkeypatch.setattr(tf.io.gfile, "remove", remove_then_die)
+    with pytest.raises(Killed):
+        _prune(directory)
+    assert removed == [f"{directory}/model.ckpt-3.index"]

@@ -4,15 +4,16 @@ import math
 import random
 import sys
 import time
+import types
 
 import keras
 import pytest
 import tensorflow as tf
 from toy_tasks import LinearInputTask
 
-from albert.training import checkpointing, loop
+from albert.training import checkpointing, loop, summaries
 from albert.training.optimization import create_optimizer
-from albert.training.summaries import ScalarWriter
+from albert.training.summaries import ProgressLogger, ScalarWriter
 
 
 def _scalars(directory):
@@ -175,3 +176,54 @@ def test_the_learning_rate_summary_keeps_no_step_alive(tmp_path):
     # Referenced by `steps` and by getrefcount's argument only (the first, below 256, would
     # be one of the small ints Python shares).
     assert [sys.getrefcount(steps[i]) for i in (1, 2, 3)] == [2] * 3
+
+
+def _session_starts(directory):
+    """The steps of the SessionLog.START events in `directory`'s event files."""
+    return [
+        event.step
+        for path in sorted(tf.io.gfile.glob(f"{directory}/events.out.tfevents.*"))
+        for event in tf.compat.v1.train.summary_iterator(path)
+        if event.HasField("session_log")
+        and event.session_log.status == tf.compat.v1.SessionLog.START
+    ]
+
+
+def test_the_session_starts_at_the_first_step_trained_again(tmp_path):
+    # Resumed from step 2 with 2 steps per host call: the first point is step 4, but a killed
+    # process may have written step 3 (with 1 step per call), which this one trains again.
+    writer = ScalarWriter(str(tmp_path / "resumed"), start_step=3)
+    writer.write({"loss": 1.0}, 4)
+    writer.close()
+    assert _session_starts(tmp_path / "resumed") == [3]
+    # A new run's session starts at its first point.
+    writer = ScalarWriter(str(tmp_path / "new"))
+    writer.write({"loss": 1.0}, 2)
+    writer.close()
+    assert _session_starts(tmp_path / "new") == [2]
+
+
+def test_a_disabled_writer_writes_nothing(tmp_path):
+    # A non-chief worker: the chief alone writes the run's event files.
+    writer = ScalarWriter(str(tmp_path / "events"), enabled=False)
+    writer.write({"loss": 1.0}, 1)
+    writer.close()
+    assert not tf.io.gfile.exists(str(tmp_path / "events"))
+
+
+def test_the_progress_line_shows_the_metrics_rates_and_eta(monkeypatch, absl_caplog):
+    # The first host call (tracing) gives no ETA; then 100 steps took 10 s: 800 steps left.
+    clock = iter([100.0, 110.0])
+    monkeypatch.setattr(summaries, "time", types.SimpleNamespace(time=lambda: next(clock)))
+    progress = ProgressLogger(1000, ("loss", "accuracy"))
+    progress.log(100, {"loss": 2.5, "examples_per_second": 12.34, "tokens_per_second": 0.0})
+    progress.log(
+        200,
+        {"loss": 2.0, "accuracy": 0.5, "examples_per_second": 20.0, "tokens_per_second": 2560.0},
+    )
+    lines = [r.getMessage() for r in absl_caplog.records if r.getMessage().startswith("step ")]
+    assert lines == [
+        "step 100/1000 (10%) | loss 2.5 | 12.3 examples/s",
+        "step 200/1000 (20%) | loss 2 | accuracy 0.5 | 20.0 examples/s | 2560 tokens/s"
+        " | ETA 0:01:20",
+    ]
