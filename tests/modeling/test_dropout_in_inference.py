@@ -1,5 +1,7 @@
 """Dropout is active in training only: at inference a model with dropout rates computes what
-the same weights compute with rates of 0, in every block that has a dropout."""
+the same weights compute with rates of 0, in every block that has a dropout. Also the
+Dropout layer's arguments, and what the backbone computes when inputs leave out the mask
+or the segments."""
 
 import numpy as np
 import pytest
@@ -56,3 +58,16 @@ def test_a_dropout_layer_keeps_its_rate_and_seed_through_its_config():
     layer = Dropout(0.25, seed=1234)
     restored = Dropout.from_config(layer.get_config())
     assert (restored.rate, restored.seed) == (0.25, 1234)
+
+
+def test_inputs_without_a_mask_or_segments_are_all_real_tokens_of_segment_0():
+    # A default of zeros would mask every key: softmax is shift-invariant, so only the
+    # float32 rounding of scores near -10000 tells, and it does.
+    model = AlbertBackbone(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    ids = _inputs()["input_ids"]
+    explicit = model({"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": 0 * ids})
+    default = model({"input_ids": ids})
+    for name in ("sequence_output", "pooled_output"):
+        np.testing.assert_allclose(
+            default[name].numpy(), explicit[name].numpy(), rtol=0, atol=1e-6, err_msg=name
+        )
