@@ -128,6 +128,16 @@ def test_a_max_seq_length_over_the_position_embeddings_is_one_line(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_max_seq_length_of_every_position_is_accepted():
+    # The published models are fine-tuned at max_seq_length=512 = max_position_embeddings.
+    from albert.export import check_max_seq_length
+
+    model = _model(3, seed=0)
+    check_max_seq_length(model, 20)
+    with pytest.raises(ValueError, match="max_seq_length=21 exceeds"):
+        check_max_seq_length(model, 21)
+
+
 def _tree(path):
     return {p.relative_to(path): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 

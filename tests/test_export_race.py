@@ -68,12 +68,12 @@ def _texts(examples):
     )
 
 
-def _features(examples):
+def _features(examples, max_seq_length=MAX_SEQ_LENGTH, max_qa_length=MAX_QA_LENGTH):
     """The Python features of `examples`: dict of int [N, C, T]."""
     tokenizer = FullTokenizer(spm_model_file=SPM_MODEL, do_lower_case=True)
-    features = race.convert_examples_to_features(examples, tokenizer, MAX_SEQ_LENGTH, MAX_QA_LENGTH)
+    features = race.convert_examples_to_features(examples, tokenizer, max_seq_length, max_qa_length)
     return {
-        name: np.array([f[name] for f in features]).reshape(len(examples), 4, MAX_SEQ_LENGTH)
+        name: np.array([f[name] for f in features]).reshape(len(examples), 4, max_seq_length)
         for name in ("input_ids", "input_mask", "segment_ids")
     }
 
@@ -120,6 +120,19 @@ def test_the_texts_need_every_cut():
 def test_the_packed_ids_are_the_features(serving):
     packed = serving.race_inputs(*_texts(EXAMPLES))
     expected = _features(EXAMPLES)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(packed[name].numpy(), value, err_msg=name)
+
+
+def test_a_question_budget_near_the_whole_length_still_packs_as_the_features(model):
+    # max_qa_length may be up to max_seq_length - 3: the article then gets what the 3
+    # special tokens and the question+option leave, never a token of the question's share.
+    max_seq_length, max_qa_length = 12, 8
+    serving = _MultipleChoiceServing(
+        model, InGraphTokenizer(SPM_MODEL), max_seq_length, max_qa_length
+    )
+    packed = serving.race_inputs(*_texts(EXAMPLES))
+    expected = _features(EXAMPLES, max_seq_length, max_qa_length)
     for name, value in expected.items():
         np.testing.assert_array_equal(packed[name].numpy(), value, err_msg=name)
 

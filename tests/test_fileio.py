@@ -168,3 +168,59 @@ def test_a_local_folder_is_replaced_in_two_renames(tmp_path, monkeypatch, scheme
     assert len(renamed) == 2 and renamed[0].rstrip("/") == f"{scheme}{serving}"
     assert (serving / "saved_model.pb").read_text() == "graph new"
     assert os.listdir(tmp_path) == ["serving"]
+
+
+def test_only_the_file_name_marks_a_temporary():
+    # A folder whose name holds the mark (an export's temporary folder, a user's folder)
+    # does not make the files in it leftovers that readers would skip.
+    assert fileio.is_temporary("data/.train.tfrecord.tmp-ab12.77.host")
+    assert not fileio.is_temporary("data/.export.tmp-ab12/train.tfrecord")
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit])
+def test_ctrl_c_in_an_atomic_write_leaves_the_old_file_and_no_temporary(tmp_path, stop):
+    path = tmp_path / "eval_results.txt"
+    path.write_text("old\n")
+    with pytest.raises(stop), fileio.atomic_path(str(path)) as temporary:
+        with open(temporary, "w") as f:
+            f.write("half")
+        raise stop()
+    assert path.read_text() == "old\n" and list(tmp_path.iterdir()) == [path]
+
+
+def test_a_local_atomic_path_keeps_the_suffix_after_the_mark(tmp_path):
+    # Keras wants `.weights.h5` at the end; the stem keeps the final name's, so the
+    # temporary reads `model.tmp-<hex>.weights.h5`, not `model.weights.h5.tmp-<hex>...`.
+    path = str(tmp_path / "model.weights.h5")
+    with fileio.local_atomic_path(path, ".weights.h5") as temporary:
+        name = os.path.basename(temporary)
+        assert name.startswith(f"model{fileio.TEMPORARY_MARK}") and name.endswith(".weights.h5")
+        assert name.count(".weights.h5") == 1 and fileio.is_temporary(temporary)
+        with open(temporary, "w") as f:
+            f.write("weights")
+    assert os.listdir(tmp_path) == ["model.weights.h5"]
+
+
+@pytest.mark.parametrize("mode", ["a", "r", "w+"])
+def test_atomic_open_refuses_modes_that_do_not_write_a_whole_file(tmp_path, mode):
+    with pytest.raises(ValueError, match="mode must be 'w' or 'wb'"):
+        with fileio.atomic_open(str(tmp_path / "f.txt"), mode):
+            pass
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_only_nothing_an_empty_folder_or_a_marked_folder_is_replaceable(tmp_path):
+    assert fileio.is_replaceable(str(tmp_path / "new"), "saved_model.pb")
+    assert fileio.is_replaceable(str(tmp_path), "saved_model.pb")  # empty
+    (tmp_path / "saved_model.pb").write_text("graph")
+    assert fileio.is_replaceable(str(tmp_path), "saved_model.pb")
+    assert not fileio.is_replaceable(str(tmp_path / "saved_model.pb"), "saved_model.pb")  # a file
+    (tmp_path / "saved_model.pb").unlink()
+    (tmp_path / "notes.txt").write_text("mine")
+    assert not fileio.is_replaceable(str(tmp_path), "saved_model.pb")
+
+
+def test_json_is_written_readable_with_its_non_ascii_text_and_a_final_newline(tmp_path):
+    path = tmp_path / "labels.json"
+    fileio.write_json(str(path), {"label": "café"})
+    assert path.read_text(encoding="utf-8") == '{\n    "label": "café"\n}\n'

@@ -39,3 +39,27 @@ def test_the_interval_is_read_when_the_work_starts(monkeypatch, absl_caplog):
     monkeypatch.setattr(progress, "PROGRESS_SECONDS", 0.0)
     progress.Progress("now", total=2).update()
     assert "now 1/2 examples (50%)" in absl_caplog.text
+
+
+def test_lines_come_an_interval_after_the_last_line_with_the_rate_since_the_start(
+    monkeypatch, absl_caplog
+):
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock[0])
+    counter = progress.Progress("read", total=1000, unit="rows", interval=10.0)
+    for now, count in ((10.0, 100), (12.0, 20), (20.0, 80)):
+        clock[0] = now
+        counter.update(count)
+    lines = [r.getMessage() for r in absl_caplog.records if r.getMessage().startswith("read ")]
+    # t=12 is 2 s after the first line: no line; t=20 is 200 rows in 20 s, 10 rows/s.
+    assert lines == [
+        "read 100/1000 rows (10%) | 10 rows/s | ETA 0:01:30",
+        "read 200/1000 rows (20%) | 10 rows/s | ETA 0:01:20",
+    ]
+
+
+def test_more_than_the_total_shows_no_time_left():
+    # The total is an estimate (e.g. features per example): past it, the ETA is 0, not -1 day.
+    counter = progress.Progress("SQuAD: features", 10, "features")
+    counter.count = 20
+    assert counter.line(seconds=4.0).endswith("| 5 features/s | ETA 0:00:00")

@@ -157,10 +157,26 @@ def test_pack_inputs_matches_reference(num_segments, max_seq_length):
 
 def test_pack_inputs_rejects_bad_arguments():
     ids = tf.ragged.constant([[5, 6]])
-    with pytest.raises(ValueError, match="one or two segments"):
-        pack_inputs([ids, ids, ids], 16, 2, 3)
+    for segments in ([], [ids, ids, ids]):
+        with pytest.raises(ValueError, match="one or two segments"):
+            pack_inputs(segments, 16, 2, 3)
     with pytest.raises(ValueError, match="max_seq_length.*Received: max_seq_length=3"):
         pack_inputs([ids, ids], 3, 2, 3)
+
+
+def test_only_input_ids_take_the_pad_id():
+    # A pad id other than 0 fills input_ids' padding; segment_ids and input_mask pad with 0.
+    ids = tf.ragged.constant([[5, 6], [7]])
+    packed = pack_inputs([ids, ids], 8, cls_id=2, sep_id=3, pad_id=9)
+    assert packed["input_ids"].numpy().tolist() == [
+        [2, 5, 6, 3, 5, 6, 3, 9],
+        [2, 7, 3, 7, 3, 9, 9, 9],
+    ]
+    assert packed["segment_ids"].numpy().tolist() == [
+        [0, 0, 0, 0, 1, 1, 1, 0],
+        [0, 0, 0, 1, 1, 0, 0, 0],
+    ]
+    assert packed["input_mask"].numpy().tolist() == [[1] * 7 + [0], [1] * 5 + [0] * 3]
 
 
 def test_tokenizer_pack_uses_model_special_ids():

@@ -224,6 +224,19 @@ def test_unsupported_hf_config_is_an_error(tmp_path):
         json.dump(config, f)
     with pytest.raises(CheckpointError, match="hidden_act='gelu_fast'"):
         read_config(path)
+    for key, value, message in (
+        ("hidden_act", "gelu_new", None),
+        ("layer_norm_eps", 1e-5, "layer_norm_eps=1e-05; ALBERT uses 1e-12"),
+        ("position_embedding_type", "relative_key", "uses relative_key positions"),
+        ("model_type", "bert", "is a 'bert' config, not an ALBERT one"),
+    ):
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump({**config, "hidden_act": "gelu_new", key: value}, f)
+        if message is None:
+            assert read_config(path).hidden_act == "gelu"
+            continue
+        with pytest.raises(CheckpointError, match=message):
+            read_config(path)
 
 
 def test_an_hf_config_with_a_utf8_byte_order_mark_reads_and_a_utf16_one_is_an_error(tmp_path):
@@ -287,10 +300,12 @@ def test_equal_embedding_and_hidden_size_writes_and_requires_an_identity_mapping
     assert result.initialised == []
     for expected, loaded in zip(model.weights, again.weights, strict=True):
         np.testing.assert_array_equal(expected.numpy(), loaded.numpy())
-    weights[f"{mapping}.weight"] = weights[f"{mapping}.weight"] * 2.0
-    save_file(weights, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
-    with pytest.raises(CheckpointError, match="not the identity"):
-        load_checkpoint(AlbertPretrainer(config), str(tmp_path))
+    # A bias alone (beside an identity weight) already makes the projection no identity.
+    for name in (f"{mapping}.bias", f"{mapping}.weight"):
+        changed = {**weights, name: weights[name] * 2.0 + 0.5}
+        save_file(changed, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+        with pytest.raises(CheckpointError, match="not the identity"):
+            load_checkpoint(AlbertPretrainer(config), str(tmp_path))
 
 
 def _edited_config(tmp_path, edit):
@@ -320,3 +335,32 @@ def test_a_config_of_another_computation_is_refused(tmp_path, key, value, messag
     path = _edited_config(tmp_path, lambda config: config.update({key: value}))
     with pytest.raises(CheckpointError, match=message):
         read_config(path)
+
+
+def test_the_written_class_is_the_one_whose_heads_the_file_holds(tmp_path):
+    from albert.convert_checkpoint import LoadedParts
+
+    pretrainer = AlbertPretrainer(tiny_config())
+    masked_lm_only = LoadedParts(pretrainer.backbone, masked_lm_head=pretrainer.masked_lm_head)
+    for name, model, architecture in (
+        ("pretrainer", pretrainer, "AlbertForPreTraining"),
+        ("mlm", masked_lm_only, "AlbertForMaskedLM"),
+        ("backbone", pretrainer.backbone, "AlbertModel"),
+    ):
+        save_checkpoint(model, str(tmp_path / name), "hf")
+        with open(tmp_path / name / "config.json") as f:
+            assert json.load(f)["architectures"] == [architecture], name
+
+
+def test_an_hf_config_without_a_key_takes_hfs_default(tmp_path):
+    # HF's AlbertConfig defaults are albert-xxlarge's: E 128, H 4096, 64 heads, I 16384.
+    path = _fixture_copy(tmp_path)
+    with open(os.path.join(path, "config.json")) as f:
+        config = json.load(f)
+    for key in ("embedding_size", "intermediate_size", "num_attention_heads", "hidden_size"):
+        config.pop(key)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    read = read_config(path)
+    assert (read.embedding_size, read.hidden_size) == (128, 4096)
+    assert (read.num_attention_heads, read.intermediate_size) == (64, 16384)

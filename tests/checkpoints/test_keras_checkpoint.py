@@ -162,3 +162,40 @@ def test_a_failed_weights_write_leaves_no_half_file(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space left"):
         save_checkpoint(model, str(tmp_path / "out"), "keras")
     assert [p.name for p in (tmp_path / "out").iterdir() if ".tmp-" in p.name] == []
+
+
+def test_a_directory_of_several_weight_files_names_the_pretrainers_then_the_backbones(tmp_path):
+    # A pretrainer saved where a fine-tuned model was leaves its model.weights.h5 there
+    # (`save` removes only the other base files): the pretrainer's is the one read.
+    from albert.checkpoints import keras_format
+
+    names = [keras_format.MODEL_FILE, keras_format.BACKBONE_FILE, keras_format.PRETRAINER_FILE]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    for expected in reversed(names):
+        assert keras_format.weights_path(str(tmp_path)) == str(tmp_path / expected)
+        (tmp_path / expected).unlink()
+
+
+def test_a_backbone_saved_over_a_pretrainer_is_what_the_directory_then_holds(tmp_path):
+    # The older pretrainer file would be read first (`weights_path`): saving removes it.
+    old, new = (randomize(AlbertPretrainer(tiny_config())) for _ in range(2))
+    save_checkpoint(old, str(tmp_path), "keras")
+    save_checkpoint(new.backbone, str(tmp_path), "keras")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "albert_config.json",
+        "backbone.weights.h5",
+    ]
+    loaded = AlbertBackbone(tiny_config())
+    load_checkpoint(loaded, str(tmp_path))
+    _assert_same_weights(loaded.weights, new.backbone.weights)
+
+
+def test_a_squad_2_models_weights_load_into_a_squad_2_model_only(tmp_path):
+    model = randomize(AlbertQuestionAnswering(tiny_config(), version_2_with_negative=True))
+    save_checkpoint(model, str(tmp_path), "keras")
+    again = AlbertQuestionAnswering(tiny_config(), version_2_with_negative=True)
+    assert load_checkpoint(again, str(tmp_path)).initialised == []
+    _assert_same_weights(again.weights, model.weights)
+    with pytest.raises(CheckpointError, match="holds the SQuAD 2.0 head.*has the SQuAD 1.1"):
+        load_checkpoint(AlbertQuestionAnswering(tiny_config()), str(tmp_path))

@@ -247,3 +247,19 @@ def test_a_feature_cache_killed_by_sigkill_is_cleaned_and_rebuilt_whole(tmp_path
         Path(cached.path).name + ".json",
     ]
     assert features == cache(str(tmp_path / "uninterrupted"))[1] and len(features) == 6
+
+
+def test_a_name_of_many_bytes_but_fewer_characters_is_still_written(tmp_path):
+    # 100 "é" are 200 bytes: the writer's pid and host would push the temporary past 255
+    # bytes though it has fewer than 255 characters; the limit is on bytes.
+    path = tmp_path / ("é" * 100 + ".txt")
+    fileio.write_text(str(path), "whole")
+    assert path.read_text() == "whole" and list(tmp_path.iterdir()) == [path]
+
+
+def test_a_dead_writer_on_a_host_named_with_dots_is_recognised(tmp_path, monkeypatch):
+    # Host names are often fully qualified: the dots after the pid belong to the host.
+    monkeypatch.setattr(fileio, "_host", lambda: "worker-3.pool.example.com-pidns4026531836")
+    path = tmp_path / "train.tfrecord"
+    dead = _leftover(path, pid=_dead_pid())
+    assert fileio.dead_writers_temporaries(str(path)) == [str(dead)]

@@ -75,6 +75,21 @@ def test_attention_dropout_in_training_always_runs_explicit(monkeypatch):
     assert calls == [1]
 
 
+def test_training_without_attention_dropout_keeps_the_fused_kernel(monkeypatch):
+    # Only a dropout to apply sends training to the explicit path: fine-tuning with
+    # attention_probs_dropout_prob=0 (as ALBERT v2's configs) trains on the fused kernel.
+    attention_kernel.set_kernel("fused")
+    config = tiny_config(hidden_size=32, num_attention_heads=2, attention_probs_dropout_prob=0.0)
+    layer = AlbertAttention(config)
+    layer.build()
+    calls = []
+    fused = layer._fused_context
+    monkeypatch.setattr(layer, "_fused_context", lambda *a: calls.append(1) or fused(*a))
+    x, bias = np.ones((2, 4, 32), "float32"), np.zeros((2, 1, 1, 4), "float32")
+    layer(x, bias, training=True)
+    assert calls == [1]
+
+
 def test_auto_is_explicit_under_tensorflow_and_the_overrides_win(monkeypatch):
     assert keras.backend.backend() == "tensorflow"
     assert not attention_kernel.fused()

@@ -301,3 +301,101 @@ def test_input_positions_go_with_the_checkpoints_the_manager_drops(tmp_path):
         saver.save(step)
     states = tmp_path / "input_state" / "worker_0"
     assert sorted({p.name.split(".")[0] for p in states.iterdir()}) == ["ckpt-3", "ckpt-4"]
+
+
+@pytest.mark.parametrize(
+    "paths, message",
+    [
+        (["encoder/query/kernel", "encoder/query/kernel"], "Two variables share the path"),
+        (["encoder/query", "encoder/query/kernel"], "clashes with another variable"),
+        (["encoder/query/kernel", "encoder/query"], "Two variables share the path"),
+    ],
+)
+def test_variables_whose_paths_collide_are_refused(paths, message):
+    # Written anyway, one would overwrite the other's value in the checkpoint, or a
+    # restore would hand a variable to a node of the tree.
+    variables = [types.SimpleNamespace(path=p) for p in paths]
+    with pytest.raises(CheckpointError, match=message):
+        training_format.variable_tree(variables)
+
+
+def test_a_checkpoint_of_a_step_alone_is_not_a_training_checkpoint(tmp_path):
+    # Another program's object-based checkpoint may hold a global_step too: without the
+    # model's weights it is not one of ours, and has no step to resume from.
+    prefix = tf.train.Checkpoint(global_step=tf.Variable(7, dtype=tf.int64)).write(
+        str(tmp_path / "other.ckpt")
+    )
+    assert not training_format.is_training_checkpoint(prefix)
+    assert training_format.global_step(prefix) is None
+
+
+def _write_training_checkpoint(model, prefix):
+    return tf.train.Checkpoint(
+        model=training_format.variable_tree(model.weights),
+        global_step=tf.Variable(3, dtype=tf.int64),
+    ).write(prefix)
+
+
+def test_a_weight_of_another_size_is_named_before_anything_is_assigned(tmp_path):
+    prefix = _write_training_checkpoint(AlbertPretrainer(_config()), str(tmp_path / "ckpt-3"))
+    target = AlbertPretrainer(_config(vocab_size=50))  # [50, E] for a stored [99, E]
+    before = [w.numpy() for w in target.weights]
+    with pytest.raises(CheckpointError, match=r"word_embeddings \(50, 16\) is stored with shape"):
+        training_format.load(target, prefix)
+    for weight, value in zip(target.weights, before, strict=True):
+        assert np.array_equal(weight.numpy(), value), weight.path
+
+
+def test_optional_weights_load_whole_or_not_at_all(tmp_path):
+    # A fine-tuning head is read only when every one of its weights fits; one missing
+    # leaves the whole head initialised, and listed as such.
+    source = AlbertPretrainer(_config())
+    prefix = _write_training_checkpoint(source, str(tmp_path / "ckpt-3"))
+    target = AlbertPretrainer(_config())
+    head = target.sentence_order_head.weights
+    result = training_format.load(target, prefix, optional_weights=head)
+    assert result.initialised == [] and {w.path for w in head} <= set(result.loaded)
+    for a, b in zip(source.weights, target.weights, strict=True):
+        assert np.array_equal(a.numpy(), b.numpy()), a.path
+
+    bias = source.sentence_order_head.output_bias
+    bias.assign(np.ones(bias.shape, "float32"))
+    without_bias = [w for w in source.weights if w is not bias]
+    prefix = tf.train.Checkpoint(
+        model=training_format.variable_tree(without_bias),
+        global_step=tf.Variable(3, dtype=tf.int64),
+    ).write(str(tmp_path / "no-bias-3"))
+    other = AlbertPretrainer(_config())
+    head = other.sentence_order_head
+    before = head.output_weights.numpy()
+    result = training_format.load(other, prefix, optional_weights=head.weights)
+    assert result.initialised == [w.path for w in head.weights]
+    assert np.array_equal(head.output_weights.numpy(), before)
+
+
+def test_a_copy_cut_short_leaves_no_restorable_checkpoint_at_the_target(tmp_path, monkeypatch):
+    # The old index goes first: old data files half replaced by new ones must not be
+    # restorable under the old index.
+    old = _write_training_checkpoint(AlbertPretrainer(_config()), str(tmp_path / "best"))
+    new = _write_training_checkpoint(AlbertPretrainer(_config()), str(tmp_path / "ckpt-9"))
+    copy = tf.io.gfile.copy
+
+    def copy_until_data(source, target, overwrite=False):
+        if ".data-" in source:
+            raise tf.errors.UnavailableError(None, None, "connection lost")
+        copy(source, target, overwrite=overwrite)
+
+    monkeypatch.setattr(training_format.tf.io.gfile, "copy", copy_until_data)
+    with pytest.raises(tf.errors.UnavailableError):
+        training_format.copy_checkpoint(new, old)
+    assert not tf.io.gfile.exists(old + ".index")
+    assert not training_format.is_training_checkpoint(old)
+
+
+def test_a_run_directory_names_its_newest_checkpoint_and_a_prefix_itself(tmp_path):
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(step=tf.Variable(1)), str(tmp_path), max_to_keep=None
+    )
+    first, newest = manager.save(checkpoint_number=3), manager.save(checkpoint_number=5)
+    assert training_format.checkpoint_prefix(str(tmp_path)) == newest
+    assert training_format.checkpoint_prefix(first) == first
