@@ -60,34 +60,26 @@ def test_fused_matches_explicit(head_size, positions):
         assert np.max(np.abs(g - fused_g)) < 1e-4 * max(1.0, np.max(np.abs(g)))
 
 
-def test_attention_dropout_in_training_always_runs_explicit(monkeypatch):
+# Only a dropout to apply sends training to the explicit path: fine-tuning with
+# attention_probs_dropout_prob=0 (as ALBERT v2's configs) trains on the fused kernel, and
+# inference, with nothing to drop, always runs fused.
+@pytest.mark.parametrize("dropout, fused_in_training", [(0.5, False), (0.0, True)])
+def test_only_attention_dropout_in_training_runs_explicit(monkeypatch, dropout, fused_in_training):
     attention_kernel.set_kernel("fused")
-    config = tiny_config(hidden_size=32, num_attention_heads=2, attention_probs_dropout_prob=0.5)
+    config = tiny_config(
+        hidden_size=32, num_attention_heads=2, attention_probs_dropout_prob=dropout
+    )
     layer = AlbertAttention(config)
     layer.build()
     calls = []
     fused = layer._fused_context
-    monkeypatch.setattr(layer, "_fused_context", lambda *a: calls.append(1) or fused(*a))
+    monkeypatch.setattr(layer, "_fused_context", lambda *a: calls.append("fused") or fused(*a))
     x, bias = np.ones((2, 5, 32), "float32"), np.zeros((2, 1, 1, 5), "float32")
     layer(x, bias, training=True)
-    assert calls == []
-    layer(x, bias, training=False)  # inference has nothing to drop: fused
-    assert calls == [1]
-
-
-def test_training_without_attention_dropout_keeps_the_fused_kernel(monkeypatch):
-    # Only a dropout to apply sends training to the explicit path: fine-tuning with
-    # attention_probs_dropout_prob=0 (as ALBERT v2's configs) trains on the fused kernel.
-    attention_kernel.set_kernel("fused")
-    config = tiny_config(hidden_size=32, num_attention_heads=2, attention_probs_dropout_prob=0.0)
-    layer = AlbertAttention(config)
-    layer.build()
-    calls = []
-    fused = layer._fused_context
-    monkeypatch.setattr(layer, "_fused_context", lambda *a: calls.append(1) or fused(*a))
-    x, bias = np.ones((2, 4, 32), "float32"), np.zeros((2, 1, 1, 4), "float32")
-    layer(x, bias, training=True)
-    assert calls == [1]
+    assert calls == (["fused"] if fused_in_training else [])
+    calls.clear()
+    layer(x, bias, training=False)
+    assert calls == ["fused"]
 
 
 def test_auto_is_explicit_under_tensorflow_and_the_overrides_win(monkeypatch):
