@@ -60,15 +60,26 @@ def _model_inputs(features):
     }
 
 
-def _predictions_json(data, model, n_best_size):
-    """run_squad's v1.1 answers for `data` (squad.load_features), by question id."""
+def _predictions_json(data, model, n_best_size, with_near_ties=False):
+    """run_squad's v1.1 answers for `data` (squad.load_features), by question id; with
+    `with_near_ties`, also each question's answers whose probability is within float32
+    rounding (a relative 1e-5) of the best's: the SavedModel's graph may order those either
+    way on another CPU's kernels."""
     results = squad_postprocessing.results_by_unique_id(
         [f.unique_id for f in data.features], model(_model_inputs(data.features), training=False)
     )
-    predictions, _ = squad_postprocessing.compute_predictions_v1(
+    predictions, nbest = squad_postprocessing.compute_predictions_v1(
         data.examples, data.features, results, n_best_size, MAX_ANSWER_LENGTH
     )
-    return [predictions[f"q{i}"] for i in range(len(predictions))]
+    answers = [predictions[f"q{i}"] for i in range(len(predictions))]
+    if not with_near_ties:
+        return answers
+    near = []
+    for i in range(len(predictions)):
+        entries = nbest[f"q{i}"]
+        best = entries[0]["probability"]
+        near.append({e["text"] for e in entries if e["probability"] >= best * (1 - 1e-5)})
+    return answers, near
 
 
 def _served_answers(model, path, questions, contexts, max_seq_length, max_query_length, **kw):
@@ -134,7 +145,9 @@ def test_long_contexts_are_read_in_windows_as_predictions_json(tmp_path):
         str(tmp_path / "dev.json"), tokenizer, False, max_seq_length, doc_stride, max_query_length
     )
     model = _model(seed=2)
-    predictions = _predictions_json(squad_data, model, n_best_size=20)
+    predictions, near_ties = _predictions_json(
+        squad_data, model, n_best_size=20, with_near_ties=True
+    )
     questions, contexts = zip(*pairs, strict=True)
     served = _served_answers(
         model,
@@ -145,7 +158,11 @@ def test_long_contexts_are_read_in_windows_as_predictions_json(tmp_path):
         max_query_length,
         doc_stride=doc_stride,
     )
-    assert served == predictions
+    # Each served answer is predictions.json's, or (on a float32 tie, as q12's two best spans
+    # within 1.2e-7 on a Zen 2) one of the answers tied with it.
+    for i, (answer, predicted) in enumerate(zip(served, predictions, strict=True)):
+        assert answer == predicted or answer in near_ties[i], (i, answer, predicted)
+    assert sum(len(tied) == 1 for tied in near_ties) > len(pairs) * 3 // 4  # few ties
     # Most answers come from windows after the first: reading only the first fails here.
     first_windows = [f for f in squad_data.features if f.doc_span_index == 0]
     first_only = _predictions_json(
