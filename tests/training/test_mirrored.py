@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-# Slow tier: trains under a two-device strategy in a subprocess (~40 s).
+# Slow tier: trains under a two-device strategy in a subprocess (~75 s on a Zen 4; over 240 s
+# on a Zen 2 whose host was busy, beside the suite's other worker: the timeout only catches hangs).
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
@@ -106,7 +107,7 @@ def _scalars(directory, tag):
 def test_mirrored_matches_one_device(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
     command = [sys.executable, __file__, str(tmp_path)]
-    process = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    process = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert process.returncode == 0, process.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     for name in (
