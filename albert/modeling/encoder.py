@@ -17,7 +17,7 @@ from albert.modeling.dropout import Dropout
 from albert.modeling.embeddings import truncated_normal
 from albert.modeling.layer_norm import layer_norm, layer_norm_op
 from albert.modeling.serialization import as_config, serializable
-from albert.modeling.shared_weights import CastOnce, UncastDense
+from albert.modeling.shared_weights import CastOnce, UncastDense, cast_once_kernel
 
 # Added to the attention scores of padding keys before the softmax. The original uses -10000
 # rather than -inf so that a row with every key masked still gives finite numbers.
@@ -74,11 +74,12 @@ class AlbertAttention(keras.layers.Layer):
         self.layer_norm.build((None, None, self.hidden_size))
         self.built = True
 
-    def shared_weights(self):
+    def shared_weights(self, training=False):
         """The kernels and biases in the compute dtype, cast once for every layer that runs
         this block: Q, K and V side by side ([H, 3H], one matmul: a wider one runs faster
         than three, forward and backward), the query's times 1/sqrt(D) where that is exact.
-        The variables stay separate, with the original's names."""
+        The variables stay separate, with the original's names. `training`: whether their
+        gradients will be taken (`cast_once_kernel`)."""
         dtype = self.compute_dtype
         qkv = (self.query, self.key, self.value)
         query_scale = self.scale if _scale_folds(self.scale) else 1.0
@@ -86,7 +87,7 @@ class AlbertAttention(keras.layers.Layer):
         return {
             "qkv_kernel": CastOnce([d.kernel for d in qkv], dtype, scales),
             "qkv_bias": CastOnce([d.bias for d in qkv], dtype, scales),
-            "output_kernel": CastOnce([self.output_dense.kernel], dtype),
+            "output_kernel": cast_once_kernel(self.output_dense.kernel, dtype, training),
             "output_bias": CastOnce([self.output_dense.bias], dtype),
         }
 
@@ -130,7 +131,7 @@ class AlbertAttention(keras.layers.Layer):
         the output is [B, K, H]; without, K = T. `weights`: this block's `shared_weights()`
         (made here when not given).
         """
-        weights = weights or self.shared_weights()
+        weights = weights or self.shared_weights(training)
         dtype, h = self.compute_dtype, self.hidden_size
         x = ops.cast(x, dtype)
         seq_len = ops.shape(x)[1]
@@ -154,7 +155,7 @@ class AlbertAttention(keras.layers.Layer):
             context = self._fused_context(q, k, v, num_queries, seq_len, attention_bias)
         else:
             context = self._context(q, k, v, num_queries, seq_len, attention_bias, training)
-        out = ops.matmul(context, weights["output_kernel"].use()) + weights["output_bias"].use()
+        out = weights["output_kernel"].matmul(context) + weights["output_bias"].use()
         out = self.output_dropout(out, training=training)
         ln = self.layer_norm
         out = layer_norm_op(out + queries, ln.gamma, ln.beta, dtype, ln.epsilon)
@@ -195,27 +196,28 @@ class AlbertFeedForward(keras.layers.Layer):
         self.layer_norm.build((None, None, self.hidden_size))
         self.built = True
 
-    def shared_weights(self):
+    def shared_weights(self, training=False):
         """The kernels and biases in the compute dtype, cast once for every layer that runs
-        this block."""
+        this block. `training`: whether their gradients will be taken (the output kernel
+        [I, H] is a `TallKernel` then, in float32)."""
         dtype = self.compute_dtype
         return {
-            "intermediate_kernel": CastOnce([self.intermediate.kernel], dtype),
+            "intermediate_kernel": cast_once_kernel(self.intermediate.kernel, dtype, training),
             "intermediate_bias": CastOnce([self.intermediate.bias], dtype),
-            "output_kernel": CastOnce([self.output_dense.kernel], dtype),
+            "output_kernel": cast_once_kernel(self.output_dense.kernel, dtype, training),
             "output_bias": CastOnce([self.output_dense.bias], dtype),
         }
 
     def call(self, x, training=False, weights=None):
         """x [B, T, H] -> [B, T, H]. `weights`: this block's `shared_weights()`."""
-        weights = weights or self.shared_weights()
+        weights = weights or self.shared_weights(training)
         dtype, h = self.compute_dtype, self.hidden_size
         x = ops.cast(x, dtype)
         rows = ops.reshape(x, (-1, h))  # [B*T, H]
         # 2-D matmuls: TensorFlow's CPU graph optimizer fuses each with its bias add.
-        hidden = ops.matmul(rows, weights["intermediate_kernel"].use())
+        hidden = weights["intermediate_kernel"].matmul(rows)
         hidden = self.intermediate.activation(hidden + weights["intermediate_bias"].use())
-        out = ops.matmul(hidden, weights["output_kernel"].use()) + weights["output_bias"].use()
+        out = weights["output_kernel"].matmul(hidden) + weights["output_bias"].use()  # [B*T, H]
         out = self.dropout(out, training=training)  # [B*T, H]
         ln = self.layer_norm
         out = layer_norm_op(out + rows, ln.gamma, ln.beta, dtype, ln.epsilon)
@@ -279,8 +281,10 @@ class AlbertEncoder(keras.layers.Layer):
         """
         num_layers, num_inner = self.config.num_hidden_layers, self.config.inner_group_num
         # Each parameter set cast to the compute dtype once, for all the layers that share it.
-        attention_weights = [[b.shared_weights() for b in bs] for bs in self.attention_blocks]
-        ffn_weights = [[b.shared_weights() for b in bs] for bs in self.ffn_blocks]
+        attention_weights = [
+            [b.shared_weights(training) for b in bs] for bs in self.attention_blocks
+        ]
+        ffn_weights = [[b.shared_weights(training) for b in bs] for bs in self.ffn_blocks]
         for layer in range(num_layers):
             owner_a, owner_f = self.attention_owner[layer], self.ffn_owner[layer]
             for i in range(num_inner):

@@ -13,7 +13,7 @@ from albert.modeling import encoder as encoder_module
 from albert.modeling.activations import gelu_tanh
 from albert.modeling.encoder import AlbertAttention, AlbertEncoder
 from albert.modeling.layer_norm import layer_norm_op
-from albert.modeling.shared_weights import CastOnce
+from albert.modeling.shared_weights import CastOnce, TallKernel, cast_once_kernel
 
 
 def value_and_grads(fn, inputs, upstream):
@@ -132,6 +132,66 @@ def test_packed_kernels_and_scales_route_each_gradient_to_its_variable():
     np.testing.assert_array_equal(packed.numpy(), np.concatenate([a.numpy() * 0.25, b], -1))
     np.testing.assert_array_equal(da.numpy(), upstream[:, :3] * 0.25)
     np.testing.assert_array_equal(db.numpy(), upstream[:, 3:])
+
+
+def tall_kernel_step(uses, make):
+    """y_l = x_l @ W for L uses of one float32 kernel [I, O], I > O: the ys and d/dW, dx_l of
+    sum_l y_l * u_l."""
+    rng = np.random.default_rng(9)
+    kernel = tf.Variable(rng.normal(0, 1, (24, 16)).astype("float32"))
+    xs = [tf.constant(rng.normal(0, 1, (32, 24)).astype("float32")) for _ in range(uses)]
+    us = [tf.constant(rng.normal(0, 1, (32, 16)).astype("float32")) for _ in range(uses)]
+    with tf.GradientTape() as tape:
+        tape.watch(xs)
+        shared = make(kernel)
+        ys = [shared(x) for x in xs]
+        total = sum(tf.reduce_sum(y * u) for y, u in zip(ys, us, strict=True))
+    grads = tape.gradient(total, [kernel, *xs])
+    return [y.numpy() for y in ys], [g.numpy() for g in grads]
+
+
+def test_tall_kernel_has_the_cast_once_product_and_the_autodiff_gradients():
+    ys, grads = tall_kernel_step(12, lambda k: TallKernel(k).matmul)
+    ys_ref, grads_ref = tall_kernel_step(12, lambda k: lambda x: tf.matmul(x, k))
+    ys_once, _ = tall_kernel_step(12, lambda k: CastOnce([k], "float32").matmul)
+    for y, y_once in zip(ys, ys_once, strict=True):
+        np.testing.assert_array_equal(y, y_once)  # the forward product is the same op
+    for g, g_ref in zip(grads, grads_ref, strict=True):
+        assert np.max(np.abs(g - g_ref)) < 1e-4 * np.max(np.abs(g_ref))
+
+
+def test_cast_once_kernel_is_tall_only_for_a_tall_kernel_in_float32_training():
+    tall, wide = (keras.Variable(np.zeros(shape, "float32")) for shape in ((6, 4), (4, 6)))
+    assert isinstance(cast_once_kernel(tall, "float32", training=True), TallKernel)
+    for variable, dtype, training in (
+        (tall, "float32", False),  # inference reads no transposed copy
+        (tall, "bfloat16", True),  # bfloat16 matmuls on a CPU are oneDNN's, not measured
+        (wide, "float32", True),  # [H, 4H]: x^T dy is the faster form already
+    ):
+        assert isinstance(cast_once_kernel(variable, dtype, training), CastOnce)
+
+
+def test_xla_forms_each_layer_s_ffn_output_gradient_as_o_by_i():
+    """The compiled gradient of the encoder: no product has the tall kernel's [I, H] shape;
+    each layer's is [H, I], and one transpose gives the variable's."""
+    config = tiny_config(num_hidden_layers=3, num_hidden_groups=1)
+    keras.utils.set_random_seed(0)
+    encoder = AlbertEncoder(config)
+    encoder.build()
+    x = tf.random.normal((2, 5, config.hidden_size))
+    bias = tf.zeros((2, 1, 1, 5))
+
+    @tf.function(jit_compile=True)
+    def gradients(x):
+        with tf.GradientTape() as tape:
+            y = encoder(x, bias, training=True)
+        return tape.gradient(y, encoder.trainable_weights)
+
+    hlo = gradients.experimental_get_compiler_ir(x)(stage="optimized_hlo")
+    h, i = config.hidden_size, config.intermediate_size
+    dots = [line for line in hlo.splitlines() if " dot(" in line]
+    assert dots and not [d for d in dots if f"f32[{i},{h}]" in d.split("dot(")[0]]
+    assert len([d for d in dots if f"f32[{h},{i}]" in d.split("dot(")[0]]) >= 3
 
 
 def test_query_scale_is_folded_only_where_that_is_exact():
