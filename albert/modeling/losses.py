@@ -41,7 +41,7 @@ def pretraining_loss(mlm_logits, sop_logits, features, normalizers):
     mlm_ce = ops.sparse_categorical_crossentropy(ids, mlm_logits, from_logits=True)  # [B, P]
     mlm_loss_sum = ops.sum(weights * mlm_ce)
     mlm_loss = mlm_loss_sum / (normalizers["masked_lm_weight"] + MLM_DENOMINATOR_EPSILON)
-    mlm_hits = ops.cast(ops.equal(ops.cast(ops.argmax(mlm_logits, -1), "int32"), ids), "float32")
+    mlm_hits = ops.cast(is_argmax(mlm_logits, ids), "float32")  # [B, P]
 
     labels = ops.cast(ops.reshape(features["next_sentence_labels"], [-1]), "int32")  # [B]
     real = _real_examples(features)  # [B]
@@ -61,6 +61,18 @@ def pretraining_loss(mlm_logits, sop_logits, features, normalizers):
         "sentence_order_examples": ops.sum(real),
     }
     return mlm_loss + sop_loss, sums
+
+
+def is_argmax(logits, ids):
+    """bool [...]: whether ids[...] is argmax(logits[..., :]), the first index of the maximum.
+
+    No index before it has a logit >= its logit and none after has one >; one compare-and-
+    reduce pass, where XLA:CPU's argmax, a (value, index) reduction, takes about 6x as long
+    over [160, 30000] masked-LM logits. logits [..., V], ids int32 [...] in [0, V)."""
+    label = ops.take_along_axis(logits, ids[..., None], axis=-1)  # [..., 1]
+    before = ops.arange(ops.shape(logits)[-1], dtype="int32") < ids[..., None]  # [..., V]
+    beaten = ops.where(before, logits >= label, logits > label)
+    return ops.logical_not(ops.any(beaten, axis=-1))
 
 
 def loss_normalizers(features):

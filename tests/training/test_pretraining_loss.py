@@ -3,6 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
+from albert.modeling.losses import is_argmax
 from albert.tasks.pretraining import (
     pretraining_loss,
     pretraining_metrics,
@@ -125,3 +126,18 @@ def test_padding_records_leave_the_sentence_order_sums_alone():
     for name in ("sentence_order_loss_sum", "sentence_order_correct", "sentence_order_examples"):
         assert abs(float(sums[name]) - float(expected[name])) < 1e-6, name
     assert float(sums["sentence_order_examples"]) == 2.0
+
+
+def test_masked_lm_hits_are_numpy_s_argmax_with_ties_to_the_first_index():
+    """`is_argmax` is argmax(logits) == id, first index of equal maxima included: logits of
+    a few integer values tie often, at the id, before it and after it."""
+    rng = np.random.default_rng(3)
+    logits = rng.integers(0, 4, (6, 40, 7)).astype("float32")  # [B, P, V]: many ties
+    ids = rng.integers(0, 7, (6, 40)).astype("int32")
+    ids[:, :10] = logits[:, :10].argmax(-1)  # some hits
+    expected = logits.argmax(-1) == ids
+    eager = is_argmax(tf.constant(logits), tf.constant(ids)).numpy()
+    compiled = tf.function(is_argmax, jit_compile=True)(logits, ids).numpy()
+    np.testing.assert_array_equal(eager, expected)
+    np.testing.assert_array_equal(compiled, expected)
+    assert 0 < expected.sum() < expected.size and (logits.max(-1) == logits[..., 0]).any()
