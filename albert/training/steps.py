@@ -26,6 +26,7 @@ import keras
 import tensorflow as tf
 
 from albert.replica_scope import replica_scope
+from albert.training import optimization
 from albert.training.inputs import InputError
 
 # Sums the loop adds to a task's own.
@@ -121,6 +122,7 @@ class Trainer:
         self.optimizer = optimizer
         self.global_step = global_step
         self.clip_norm = clip_norm
+        self.jit_compile = jit_compile
         self.loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         names = tuple(task.metric_names) + _LOOP_METRICS
         self.train_metrics = MetricSums(strategy, names)
@@ -192,7 +194,9 @@ class Trainer:
         Returns:
             the global norm of `grads`, before clipping and without any loss scale.
         """
-        grad_norm = tf.linalg.global_norm(grads)
+        # Staged sums where XLA compiles this (`xla_norms`), TensorFlow's own elsewhere.
+        staged = optimization.norms_staged()
+        grad_norm = optimization.global_norm(grads) if staged else tf.linalg.global_norm(grads)
         scale = tf.cast(self.optimizer.dynamic_scale, tf.float32) if self.loss_scaled else 1.0
         if self.clip_norm:
             # With loss scaling the gradients are `scale` times too big until the optimizer
@@ -204,7 +208,9 @@ class Trainer:
 
     def _single_replica_step_fn(self, features, normalizers, replica_id):
         grads, loss, sums = self._gradients(features, normalizers, replica_id)
-        return loss, sums, self._apply_gradients(grads)
+        # The update compiles with the step under XLA here (not on the multi-replica path).
+        with optimization.xla_norms(self.jit_compile):
+            return loss, sums, self._apply_gradients(grads)
 
     def _train_step(self, features):
         context = tf.distribute.get_replica_context()

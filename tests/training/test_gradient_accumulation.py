@@ -159,3 +159,49 @@ def test_each_micro_batch_is_its_own_forward_pass_with_its_own_dropout_masks():
     # and the seed state advanced once per pass.
     assert split["code"] ** 2 < 4 * split["code_squared"]
     assert split_state[1] - whole_state[1] == 3
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_norms_are_staged_in_the_compiled_step_only(monkeypatch, jit_compile):
+    """`xla_norms` is on while the one-device step that XLA compiles is traced, off without
+    XLA (TensorFlow's own reductions need no staging)."""
+    import keras
+
+    from albert.training import optimization
+    from albert.training.inputs import DistributedInput
+    from albert.training.steps import Trainer
+    from albert.training.task import TrainingTask
+
+    seen = []
+    staged_global_norm = optimization.global_norm
+    monkeypatch.setattr(
+        optimization, "global_norm", lambda ts: seen.append(True) or staged_global_norm(ts)
+    )
+
+    class Linear(TrainingTask):
+        metric_names = ("rows",)
+
+        def create_model(self):
+            inputs = keras.Input((3,))
+            return keras.Model(inputs, keras.layers.Dense(1)(inputs))
+
+        def loss_normalizers(self, features):
+            return {"examples": tf.cast(tf.shape(features)[0], tf.float32)}
+
+        def compute_loss(self, model, features, normalizers, training):
+            rows = tf.cast(tf.shape(features)[0], tf.float32)
+            return tf.reduce_sum(model(features, training=training)), {"rows": rows}
+
+    strategy = tf.distribute.get_strategy()
+    task = Linear()
+    model = task.create_model()
+    optimizer = keras.optimizers.SGD(0.1)
+    optimizer.build(model.trainable_variables)
+    global_step = tf.Variable(0, dtype=tf.int64, trainable=False)
+    trainer = Trainer(strategy, task, model, optimizer, global_step, jit_compile=jit_compile)
+    data = DistributedInput(
+        strategy, lambda context: tf.data.Dataset.from_tensors(tf.ones([2, 3])).repeat()
+    )
+    sums = trainer.train(data, 2)
+    assert bool(seen) == jit_compile and not optimization.norms_staged()
+    assert np.isclose(sums["gradient_norm"], 2 * np.sqrt(2.0**2 * 3 + 2.0**2))  # dW = 2, db = 2

@@ -263,3 +263,35 @@ def test_keras_fit_and_save_with_the_original_optimizers(tmp_path, optimizer_cla
     np.testing.assert_array_equal(
         loaded.predict(x, verbose=0)["logits"], model.predict(x, verbose=0)["logits"]
     )
+
+
+@pytest.mark.parametrize("shape", [(3000, 128), (37, 5), (16,), (17,), (1,)])
+def test_staged_norms_are_float32_accurate_and_leave_xla_no_window_reduction(shape):
+    import tensorflow as tf
+
+    from albert.training.optimization import squared_norm, xla_norms
+
+    x = np.random.default_rng(2).normal(0, 3, shape).astype("float32")
+    exact = np.sum(np.square(x.astype("float64")))
+
+    def staged(x):
+        with xla_norms():
+            return squared_norm(x)
+
+    compiled = tf.function(staged, jit_compile=True)
+    for value in (staged(x), compiled(x)):
+        assert abs(float(value) - exact) <= 1e-6 * exact
+    hlo = compiled.experimental_get_compiler_ir(x)(stage="optimized_hlo")
+    assert "reduce-window" not in hlo
+    plain = squared_norm(x)  # outside `xla_norms`: one sum
+    assert abs(float(plain) - exact) <= 1e-6 * exact
+
+
+def test_lamb_matches_the_transcription_with_staged_norms_too():
+    from albert.training.optimization import norms_staged, xla_norms
+
+    assert not norms_staged()
+    with xla_norms():
+        assert norms_staged()
+        test_update_matches_numpy_transcription(Lamb)
+    assert not norms_staged()
