@@ -94,9 +94,9 @@ class TallKernel:
     transpose to [I, O].
 
     Why: Eigen's GEMM, which XLA:CPU and TensorFlow run for float32, forms the [4H, H] product
-    x^T dy about a quarter slower than the [H, 4H] one (108 against 138 GFLOP/s for ALBERT-base
-    on a 2-core AVX2 Zen 2, `benchmarks/bench_gemm_layout.py`); XLA folds each use's transpose
-    into its product, so only the summed gradient is transposed, once a step.
+    x^T dy about a quarter slower than the [H, 4H] one (for ALBERT-base on a 2-core AVX2 Zen 2,
+    104 against 138 GFLOP/s under XLA: `benchmarks/bench_gemm_layout.py`); XLA folds each use's
+    transpose into its product, so only the summed gradient is transposed, once a step.
     """
 
     def __init__(self, variable):
