@@ -295,3 +295,37 @@ def test_lamb_matches_the_transcription_with_staged_norms_too():
         assert norms_staged()
         test_update_matches_numpy_transcription(Lamb)
     assert not norms_staged()
+
+
+def test_staged_norm_of_a_transpose_sums_its_source_and_reads_nothing_transposed():
+    """The FFN output kernel's gradient is a transpose (TallKernel): its staged norm sums the
+    tensor it was made from, so the compiled reduction reads no transposed copy."""
+    import tensorflow as tf
+
+    from albert.training.optimization import squared_norm, untransposed, xla_norms
+
+    source = np.random.default_rng(3).normal(0, 2, (48, 96)).astype("float32")
+    exact = np.sum(np.square(source.astype("float64")))
+
+    def staged(s):
+        with xla_norms():
+            return squared_norm(tf.transpose(tf.transpose(tf.transpose(s))))
+
+    compiled = tf.function(staged, jit_compile=True)
+    assert abs(float(compiled(source)) - exact) <= 1e-6 * exact
+    hlo = compiled.experimental_get_compiler_ir(source)(stage="optimized_hlo")
+    assert "transpose(" not in hlo and "copy(" not in hlo, hlo
+    # A transpose that anything else reads keeps its own layout; only its norm reads the
+    # source. Eager tensors and variables have no producer and pass unchanged.
+    eager = tf.constant(source)
+    variable = tf.Variable(source)
+    assert untransposed(eager) is eager and untransposed(variable) is variable
+
+    @tf.function
+    def producers(s):
+        assert untransposed(tf.transpose(s)) is s
+        doubled = tf.transpose(s) * 2.0
+        assert untransposed(doubled) is doubled
+        return doubled
+
+    producers(source)
