@@ -75,7 +75,12 @@ from albert.tasks.weights import earlier_evaluation, load_final_weights, load_fi
 from albert.training import checkpointing, loop, predict, pruning
 from albert.training.inputs import fit_batch_size, per_replica_batch_size, pipeline_seed
 from albert.training.run_lock import output_dir_lock
-from albert.training.strategy import check_same_step, is_chief, worker_barrier
+from albert.training.strategy import (
+    check_same_step,
+    check_shared_dir,
+    is_chief,
+    worker_barrier,
+)
 from albert.training.summaries import ScalarWriter
 from albert.training.task import TrainingTask
 
@@ -560,6 +565,8 @@ def _run_locked(task, strategy, options, optimizer_fn, do_predict, export_dir):
         return results
     # Every worker evaluates and predicts with the checkpoints it finds in output_dir itself
     # (the state file only: reading a checkpoint back costs its size).
+    if not options.do_train:  # training checked it before its first step
+        check_shared_dir(strategy, options.output_dir)
     check_same_step(strategy, checkpointing.newest_step(options.output_dir), options.output_dir)
     with strategy.scope():
         model = task.create_model()

@@ -170,6 +170,7 @@ def batch_sizes(options, num_replicas):
 def _run_locked(task, strategy, options, optimizer_fn):
     state = _build(task, strategy, options, optimizer_fn)
     try:
+        strategy_lib.check_shared_dir(state.strategy, options.output_dir)
         restored = state.checkpoints.restore_latest()
         strategy_lib.check_same_step(state.strategy, state.step, options.output_dir)
         if restored is None and options.do_train:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import tempfile
 import urllib.request
@@ -31,6 +32,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from albert import fileio
 from albert.errors import AlbertError
 
 STRATEGIES = ("tpu", "mirrored", "multi_worker", "default")
@@ -305,10 +307,8 @@ def check_same_step(strategy, step, output_dir):
     _, num_workers, _ = worker_info(strategy)
     if num_workers < 2:
         return
-    local = strategy.run(lambda: tf.constant([step], tf.int64))
-    # [replicas] in replica order; each worker's replicas are contiguous.
-    steps = strategy.gather(local, axis=0).numpy().reshape(num_workers, -1)[:, 0]
-    if len(set(steps.tolist())) > 1:
+    steps = _gather_workers(strategy, step, num_workers)
+    if len(set(steps)) > 1:
         found = ", ".join(f"worker {i} step {s}" for i, s in enumerate(steps))
         raise StrategyError(
             f"The workers see different checkpoints in --output_dir={output_dir} ({found}; "
@@ -316,6 +316,68 @@ def check_same_step(strategy, step, output_dir):
             "and write one directory (shared storage or gs://); rerun with such an "
             "--output_dir."
         )
+
+
+# The file by which `check_shared_dir` tells whether every worker reads the chief's folder.
+SHARED_DIR_MARK = ".albert_workers_check"
+
+
+def check_shared_dir(strategy, output_dir):
+    """Raises StrategyError on every worker unless all of them read the chief's `output_dir`.
+
+    `check_same_step` cannot tell a fresh run on folders of their own (each worker's local
+    disk) from a fresh run on one shared folder: every worker sees step 0. So the chief
+    writes a random token into `output_dir` (atomically), every worker learns it through a
+    collective (which the chief joins only once the file is written), reads the file in its
+    own `output_dir`, and the tokens read are gathered: a worker that finds none, or another
+    run's, reads another folder. The chief then removes the file. Every worker calls this at
+    the same point, before anything is restored or written, so all of them stop, none left
+    waiting.
+
+    Args:
+        strategy: the run's strategy (one worker, TPU pods included: nothing to check).
+        output_dir: `--output_dir`.
+
+    Raises:
+        StrategyError: some worker does not read the chief's folder (on every worker).
+    """
+    _, num_workers, chief = worker_info(strategy)
+    if num_workers < 2:
+        return
+    path = os.path.join(output_dir, SHARED_DIR_MARK)
+    token = secrets.randbits(62) + 1 if chief else 0  # never 0: 0 is "no file"
+    if chief:
+        fileio.write_text(path, str(token))
+    written = max(_gather_workers(strategy, token, num_workers))
+    seen = _gather_workers(strategy, _read_token(path), num_workers)
+    if chief:
+        fileio.remove_quietly(path)
+    apart = [index for index, found in enumerate(seen) if found != written]
+    if apart:
+        names = ", ".join(f"worker {index}" for index in apart)
+        raise StrategyError(
+            f"The workers do not share --output_dir={output_dir}: {names} cannot read the "
+            f"file the chief (worker 0) wrote there, so each reads a folder of its own by "
+            "that name. Every worker must read and write one directory (shared storage or "
+            "gs://); rerun with such an --output_dir."
+        )
+
+
+def _read_token(path):
+    """The integer in the file at `path`, or 0 when there is none (or it holds no integer)."""
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            return int(f.read().strip())
+    except (tf.errors.OpError, OSError, ValueError):
+        return 0
+
+
+def _gather_workers(strategy, value, num_workers):
+    """Every worker's int `value`, in worker order (a collective: all of them must call it)."""
+    local = strategy.run(lambda: tf.constant([value], tf.int64))
+    # [replicas] in replica order; each worker's replicas are contiguous.
+    gathered = strategy.gather(local, axis=0).numpy().reshape(num_workers, -1)[:, 0]
+    return [int(v) for v in gathered]
 
 
 def remove_worker_dir(path, output_dir):

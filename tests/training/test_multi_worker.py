@@ -170,29 +170,24 @@ def test_a_worker_killed_before_saving_its_input_position(tmp_path):
         assert states == ["ckpt-3.index", "ckpt-6.index"], worker
 
 
-def test_workers_that_resume_from_different_steps_stop(tmp_path):
+def test_workers_that_do_not_share_output_dir_stop_before_training(tmp_path):
     """Each worker reads its own --output_dir (a local disk on each machine, simulated by
-    two folders): the first run trains, and on the rerun the chief resumes from step 3 while
-    worker 1 finds no checkpoint. Both must stop before training, saying why, rather than
-    train the chief's restored weights together with worker 1's fresh ones (the chief would
-    save that mix as model.ckpt-6; worker 1, 3 steps behind, then loses its peer)."""
-    commands = []
-    for index in range(2):
-        command = _command(tmp_path, tmp_path / f"out{index}")
-        commands.append([f for f in command if not f.startswith("--num_train_steps")])
-    logs = _finish(_start_workers([[*c, "--num_train_steps=3"] for c in commands]))
-    assert all("step 3/3" in log for log in logs), logs[0][-3000:]
-
-    workers = _start_workers([[*c, "--num_train_steps=6"] for c in commands])
+    two folders). On a fresh run both see step 0, so only the chief's check file tells them
+    apart: both must stop before the first step, saying why, rather than train together
+    while worker 1 restores, on a rerun, nothing the chief saved (check_same_step would
+    catch only that rerun, after a whole run's work)."""
+    commands = [_command(tmp_path, tmp_path / f"out{index}") for index in range(2)]
+    workers = _start_workers(commands)
     logs = _finish(workers)
     for index, (worker, log) in enumerate(zip(workers, logs, strict=True)):
         assert worker.returncode == 2, log[-3000:]
         assert (
-            f"The workers see different checkpoints in --output_dir={tmp_path / f'out{index}'} "
-            "(worker 0 step 3, worker 1 step 0; 0: none): each reads a folder of its own"
+            f"The workers do not share --output_dir={tmp_path / f'out{index}'}: worker 1 "
+            "cannot read the file the chief (worker 0) wrote there"
         ) in log, log[-3000:]
-        assert "step 6/6" not in log
-    assert Path(tf.train.latest_checkpoint(str(tmp_path / "out0"))).name == "model.ckpt-3"
+        assert "step 1/" not in log
+    assert tf.train.latest_checkpoint(str(tmp_path / "out0")) is None
+    assert not (tmp_path / "out0" / ".albert_workers_check").exists()
 
 
 def _values(prefix):

@@ -292,6 +292,69 @@ def test_workers_that_see_different_checkpoints_stop(monkeypatch, steps, replica
     assert f"see different checkpoints in --output_dir=out ({found}; 0: none)" in str(error.value)
 
 
+class _TwoWorkers:
+    """Stands in for a two-worker MultiWorkerMirroredStrategy in `check_shared_dir`, seen
+    from worker `index`: `gather` gives this worker's value and the other's, which writes
+    (as the chief) or reads (as worker 1) the check file in `other_dir`."""
+
+    def __init__(self, index, other_dir):
+        self.index, self.other_dir, self.calls, self.token = index, other_dir, 0, 7
+
+    def run(self, fn):
+        return fn()
+
+    def gather(self, local, axis):
+        assert axis == 0
+        self.calls += 1
+        path = os.path.join(self.other_dir, strategy_lib.SHARED_DIR_MARK)
+        if self.calls == 1 and self.index == 1:  # the chief writes, then joins
+            Path(path).write_text(str(self.token))
+        if self.calls == 1:
+            other = self.token if self.index == 1 else 0
+        else:
+            other = strategy_lib._read_token(path)
+        mine = int(local.numpy()[0])
+        return tf.constant([mine, other] if self.index == 0 else [other, mine], tf.int64)
+
+
+@pytest.mark.parametrize("index", [0, 1])
+@pytest.mark.parametrize("where", ["shared", "apart", "stale"])
+def test_workers_that_do_not_share_output_dir_stop_on_a_fresh_run(
+    monkeypatch, tmp_path, index, where
+):
+    # A fresh run: no checkpoint anywhere, so check_same_step sees step 0 on both.
+    monkeypatch.setattr(strategy_lib, "worker_info", lambda s: (index, 2, index == 0))
+    output_dir = tmp_path / "out"
+    output_dir.mkdir()
+    other = output_dir if where == "shared" else tmp_path / "elsewhere"
+    other.mkdir(exist_ok=True)
+    if where == "stale":  # a file an earlier run left in the other folder (killed)
+        (other / strategy_lib.SHARED_DIR_MARK).write_text("12345")
+    if index == 1 and where == "stale":
+        (output_dir / strategy_lib.SHARED_DIR_MARK).write_text("12345")
+    strategy = _TwoWorkers(index, str(other))
+    if where == "shared":
+        strategy_lib.check_shared_dir(strategy, str(output_dir))
+        assert strategy.calls == 2
+        if index == 0:  # the chief removes its file
+            assert not (output_dir / strategy_lib.SHARED_DIR_MARK).exists()
+        return
+    with pytest.raises(strategy_lib.StrategyError) as error:
+        strategy_lib.check_shared_dir(strategy, str(output_dir))
+    assert (
+        f"The workers do not share --output_dir={output_dir}: worker 1 cannot read the file "
+        "the chief (worker 0) wrote there"
+    ) in str(error.value)
+    if index == 0:  # the chief removes its file, and stops too
+        assert not (output_dir / strategy_lib.SHARED_DIR_MARK).exists()
+
+
+def test_one_worker_writes_no_check_file(monkeypatch, tmp_path):
+    monkeypatch.setattr(strategy_lib, "worker_info", lambda s: (0, 1, True))
+    strategy_lib.check_shared_dir(object(), str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_one_worker_checks_no_step(monkeypatch):
     # One worker (TPU pods included) has no collective to gather over.
     monkeypatch.setattr(strategy_lib, "worker_info", lambda s: (0, 1, True))
