@@ -67,6 +67,9 @@ PAPER_HYPERPARAMETERS = {
     "race_v1": _ROWS["race"],
     "race_v2": Hyperparameters(1e-5, 32, 12000, 1000, 512, 0.0),
 }
+# The original run_squad's `--warmup_proportion` default (the paper's SQuAD rows warm up for
+# the same tenth of their steps).
+ORIGINAL_WARMUP_PROPORTION = 0.1
 # The original fine-tuning scripts' names of the engine's step flags (aliases of them).
 _ORIGINAL_NAMES = {"num_train_steps": "train_step", "num_warmup_steps": "warmup_step"}
 
@@ -119,7 +122,8 @@ def steps_from_epochs(flag_values, task_key, count_train_examples):
     """The original run_squad's `--num_train_epochs` and `--warmup_proportion`, as steps.
 
     As the original: steps = int(examples / train_batch_size * num_train_epochs) over the
-    training file's questions (not its windows), and warmup = int(steps * warmup_proportion).
+    training file's questions (not its windows), and warmup = int(steps * warmup_proportion),
+    with the original's default proportion of 0.1 when epochs are given and no warmup flag is.
     Each sets `--num_train_steps` / `--num_warmup_steps` before the paper's table fills what is
     still unset (the batch size may come from the table).
 
@@ -152,6 +156,15 @@ def steps_from_epochs(flag_values, task_key, count_train_examples):
             flag_values.num_train_steps,
             examples,
             batch_size,
+        )
+    if epochs is not None and proportion is None and flag_values.num_warmup_steps is None:
+        # The original's --warmup_proportion default: the table's count of warmup steps
+        # belongs to the table's count of training steps, not to the epochs' one.
+        proportion = ORIGINAL_WARMUP_PROPORTION
+        logging.info(
+            "--num_train_epochs without --warmup_proportion or --warmup_step: warming up for "
+            "--warmup_proportion=%s of the steps, the original's default.",
+            proportion,
         )
     if proportion is not None:
         if flag_values.num_warmup_steps is not None:

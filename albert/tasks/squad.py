@@ -439,7 +439,8 @@ def define_squad_flags(flag_values=flags.FLAGS):
             "warmup_proportion",
             None,
             "Warm up for this fraction of the training steps (--num_warmup_steps = "
-            "int(steps * proportion)). Default: the paper's warmup steps.",
+            "int(steps * proportion)). Default: 0.1 with --num_train_epochs (the original's "
+            "default), else the paper's warmup steps.",
         ),
         (
             flags.DEFINE_string,

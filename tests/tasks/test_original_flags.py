@@ -176,7 +176,16 @@ def test_epochs_and_warmup_proportion_become_steps_as_the_original():
     # The batch size from the paper's table (48) when the command line gives none.
     flag_values = flag_values_of("run_squad_v1", "--num_train_epochs=2")
     hyperparameters.steps_from_epochs(flag_values, "squad1.1", lambda: 1000)
-    assert flag_values.num_train_steps == int(1000 / 48 * 2)
+    assert flag_values.num_train_steps == int(1000 / 48 * 2) == 41
+    # Epochs alone warm up for the original's default proportion, not the table's 365 steps.
+    assert flag_values.num_warmup_steps == int(41 * 0.1) == 4
+    flag_values = flag_values_of("run_squad_v2", "--num_train_epochs=2", "--warmup_step=7")
+    hyperparameters.steps_from_epochs(flag_values, "squad2.0", lambda: 1000)
+    assert flag_values.num_warmup_steps == 7
+    # Neither epochs nor a proportion: the table fills both counts later.
+    flag_values = flag_values_of("run_squad_v2")
+    hyperparameters.steps_from_epochs(flag_values, "squad2.0", lambda: 1000)
+    assert (flag_values.num_train_steps, flag_values.num_warmup_steps) == (None, None)
     with pytest.raises(FlagError, match="--num_train_epochs or --num_train_steps"):
         hyperparameters.steps_from_epochs(
             flag_values_of("run_squad_v1", "--num_train_epochs=2", "--train_step=9"),
