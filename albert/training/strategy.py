@@ -26,6 +26,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import time
 import urllib.request
 
 import keras
@@ -320,6 +321,8 @@ def check_same_step(strategy, step, output_dir):
 
 # The file by which `check_shared_dir` tells whether every worker reads the chief's folder.
 SHARED_DIR_MARK = ".albert_workers_check"
+# How long a worker that does not find the chief's file there looks again before it stops.
+SHARED_DIR_WAIT_SECONDS = 10.0
 
 
 def check_shared_dir(strategy, output_dir):
@@ -329,7 +332,8 @@ def check_shared_dir(strategy, output_dir):
     disk) from a fresh run on one shared folder: every worker sees step 0. So the chief
     writes a random token into `output_dir` (atomically), every worker learns it through a
     collective (which the chief joins only once the file is written), reads the file in its
-    own `output_dir`, and the tokens read are gathered: a worker that finds none, or another
+    own `output_dir` (looking again for `SHARED_DIR_WAIT_SECONDS` when it finds another
+    token or none), and the tokens read are gathered: a worker that finds none, or another
     run's, reads another folder. The chief then removes the file. Every worker calls this at
     the same point, before anything is restored or written, so all of them stop, none left
     waiting.
@@ -349,7 +353,14 @@ def check_shared_dir(strategy, output_dir):
     if chief:
         fileio.write_text(path, str(token))
     written = max(_gather_workers(strategy, token, num_workers))
-    seen = _gather_workers(strategy, _read_token(path), num_workers)
+    found = _read_token(path)
+    # Shared file systems that cache what a folder holds (NFS) may show the file late.
+    waited = 0.0
+    while found != written and waited < SHARED_DIR_WAIT_SECONDS:
+        time.sleep(0.5)
+        waited += 0.5
+        found = _read_token(path)
+    seen = _gather_workers(strategy, found, num_workers)
     if chief:
         fileio.remove_quietly(path)
     apart = [index for index, found in enumerate(seen) if found != written]

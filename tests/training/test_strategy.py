@@ -3,6 +3,8 @@
 import json
 import os
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -324,6 +326,7 @@ def test_workers_that_do_not_share_output_dir_stop_on_a_fresh_run(
 ):
     # A fresh run: no checkpoint anywhere, so check_same_step sees step 0 on both.
     monkeypatch.setattr(strategy_lib, "worker_info", lambda s: (index, 2, index == 0))
+    monkeypatch.setattr(strategy_lib, "SHARED_DIR_WAIT_SECONDS", 1.0)
     output_dir = tmp_path / "out"
     output_dir.mkdir()
     other = output_dir if where == "shared" else tmp_path / "elsewhere"
@@ -347,6 +350,28 @@ def test_workers_that_do_not_share_output_dir_stop_on_a_fresh_run(
     ) in str(error.value)
     if index == 0:  # the chief removes its file, and stops too
         assert not (output_dir / strategy_lib.SHARED_DIR_MARK).exists()
+
+
+def test_a_worker_that_sees_the_chief_s_file_late_looks_again(monkeypatch, tmp_path):
+    # A shared file system that shows the chief's file to worker 1 a second late (NFS
+    # caching what a folder holds): worker 1 looks again instead of stopping both.
+    monkeypatch.setattr(strategy_lib, "worker_info", lambda s: (1, 2, False))
+    strategy = _TwoWorkers(1, str(tmp_path / "chief"))
+    (tmp_path / "chief").mkdir()
+    real_gather = strategy.gather
+
+    def gather(local, axis):
+        if strategy.calls == 0:  # the chief's file shows up here 1 s after it joined
+            threading.Timer(
+                1.0,
+                lambda: (tmp_path / strategy_lib.SHARED_DIR_MARK).write_text(str(strategy.token)),
+            ).start()
+        return real_gather(local, axis)
+
+    strategy.gather = gather
+    started = time.monotonic()
+    strategy_lib.check_shared_dir(strategy, str(tmp_path))
+    assert 1.0 <= time.monotonic() - started < strategy_lib.SHARED_DIR_WAIT_SECONDS
 
 
 def test_one_worker_writes_no_check_file(monkeypatch, tmp_path):
