@@ -349,10 +349,18 @@ def check_shared_dir(strategy, output_dir):
     if num_workers < 2:
         return
     path = os.path.join(output_dir, SHARED_DIR_MARK)
-    token = secrets.randbits(62) + 1 if chief else 0  # never 0: 0 is "no file"
+    token, failure = (secrets.randbits(62) + 1 if chief else 0), None  # 0 is "no file"
     if chief:
-        fileio.write_text(path, str(token))
-    written = max(_gather_workers(strategy, token, num_workers))
+        try:
+            fileio.write_text(path, str(token))
+        except (tf.errors.OpError, OSError) as error:  # a full disk, no permission
+            token, failure = -1, error  # the others must still join the collective
+    written = _gather_workers(strategy, token, num_workers)[0]  # worker 0 is the chief
+    if written == -1:
+        raise StrategyError(
+            f"The chief (worker 0) cannot write into --output_dir={output_dir}"
+            + (f": {failure}" if failure else ".")
+        )
     found = _read_token(path)
     # Shared file systems that cache what a folder holds (NFS) may show the file late.
     waited = 0.0
@@ -363,7 +371,7 @@ def check_shared_dir(strategy, output_dir):
     seen = _gather_workers(strategy, found, num_workers)
     if chief:
         fileio.remove_quietly(path)
-    apart = [index for index, found in enumerate(seen) if found != written]
+    apart = [index for index, token_read in enumerate(seen) if token_read != written]
     if apart:
         names = ", ".join(f"worker {index}" for index in apart)
         raise StrategyError(

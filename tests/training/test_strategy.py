@@ -374,6 +374,32 @@ def test_a_worker_that_sees_the_chief_s_file_late_looks_again(monkeypatch, tmp_p
     assert 1.0 <= time.monotonic() - started < strategy_lib.SHARED_DIR_WAIT_SECONDS
 
 
+@pytest.mark.parametrize("index", [0, 1])
+def test_a_chief_that_cannot_write_stops_every_worker(monkeypatch, tmp_path, index):
+    # A full disk or a read-only folder on the chief: every worker still joins the
+    # collective, and all of them stop (none left waiting for the chief).
+    monkeypatch.setattr(strategy_lib, "worker_info", lambda s: (index, 2, index == 0))
+
+    def full_disk(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(strategy_lib.fileio, "write_text", full_disk)
+
+    class ChiefFailed(_TwoWorkers):
+        def gather(self, local, axis):
+            self.calls += 1
+            mine = int(local.numpy()[0])
+            return tf.constant([mine, 0] if self.index == 0 else [-1, mine], tf.int64)
+
+    strategy = ChiefFailed(index, str(tmp_path))
+    with pytest.raises(strategy_lib.StrategyError) as error:
+        strategy_lib.check_shared_dir(strategy, str(tmp_path))
+    assert strategy.calls == 1
+    assert f"The chief (worker 0) cannot write into --output_dir={tmp_path}" in str(error.value)
+    if index == 0:
+        assert "No space left on device" in str(error.value)
+
+
 def test_one_worker_writes_no_check_file(monkeypatch, tmp_path):
     monkeypatch.setattr(strategy_lib, "worker_info", lambda s: (0, 1, True))
     strategy_lib.check_shared_dir(object(), str(tmp_path))
