@@ -44,14 +44,17 @@ from __future__ import annotations
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from albert import fileio
 from albert.errors import AlbertError
-from albert.export import check_export_dir, check_max_seq_length, same_rows, utf8_text
+from albert.export import (
+    check_export_dir,
+    check_max_seq_length,
+    same_rows,
+    save_serving_module,
+    utf8_text,
+)
 from albert.export_qa_spans import best_span, doc_windows, first_best, max_context
 from albert.text_ops import InGraphTokenizer, char_class, strip_accents
 from albert.tokenization import SPIECE_UNDERLINE, load_spm_model
-
-SERVING_SIGNATURE = "serving_default"
 
 
 class QuestionAnsweringError(AlbertError):
@@ -93,7 +96,7 @@ class _QuestionAnsweringServing(tf.Module):
             tf.TensorSpec([None], tf.string, name="question"),
             tf.TensorSpec([None], tf.string, name="context"),
         ]
-        self.serve = tf.function(self._serve, input_signature=spec)
+        self.serve = tf.function(self._serve, input_signature=spec, autograph=False)
 
     def _serve(self, question, context):
         windows = self._windows(question, context)
@@ -373,8 +376,5 @@ def export_question_answering(
         module = _QuestionAnsweringServing(
             model, tokenizer, detokenizer, sp_model.unk_id(), *settings
         )
-    with fileio.atomic_directory(export_dir) as temporary:  # Never half a SavedModel.
-        tf.saved_model.save(
-            module, temporary, signatures={SERVING_SIGNATURE: module.serve.get_concrete_function()}
-        )
+    save_serving_module(module, export_dir)
     return export_dir

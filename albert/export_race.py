@@ -36,13 +36,12 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from albert import fileio
 from albert.data.race import ANSWER_LETTERS, NUM_CHOICES, check_max_qa_length
 from albert.export import (
-    SERVING_SIGNATURE,
     check_export_dir,
     check_max_seq_length,
     same_rows,
+    save_serving_module,
     utf8_text,
 )
 from albert.text_ops import InGraphTokenizer
@@ -71,7 +70,7 @@ class _MultipleChoiceServing(tf.Module):
             tf.TensorSpec([None], tf.string, name="question"),
             tf.TensorSpec([None, None], tf.string, name="options"),
         ]
-        self.serve = tf.function(self._serve, input_signature=spec)
+        self.serve = tf.function(self._serve, input_signature=spec, autograph=False)
 
     def _serve(self, article, question, options):
         inputs = self.race_inputs(article, question, options)  # each [B, C, T]
@@ -176,8 +175,5 @@ def export_multiple_choice(
     check_max_seq_length(model, max_seq_length)
     tokenizer = InGraphTokenizer(spm_model_file, do_lower_case=do_lower_case)
     module = _MultipleChoiceServing(model, tokenizer, max_seq_length, max_qa_length)
-    with fileio.atomic_directory(export_dir) as temporary:  # Never half a SavedModel.
-        tf.saved_model.save(
-            module, temporary, signatures={SERVING_SIGNATURE: module.serve.get_concrete_function()}
-        )
+    save_serving_module(module, export_dir)
     return export_dir
