@@ -288,3 +288,20 @@ def test_an_export_to_a_non_local_filesystem_holds_the_whole_saved_model(tmp_pat
     logits = _keras_logits(model, "mnli", SENTENCES_A, SENTENCES_B)
     probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     assert np.max(np.abs(served["probabilities"].numpy() - probabilities)) < 1e-5
+
+
+def test_an_export_traces_its_serving_function_once(tmp_path, monkeypatch):
+    # A concrete function taken before tf.saved_model.save was traced a second time inside
+    # it: every export built its serving graph twice.
+    traces = []
+    serve_pair = _ClassifierServing._serve_pair
+
+    def counted(self, *args):
+        traces.append(args)
+        return serve_pair(self, *args)
+
+    monkeypatch.setattr(_ClassifierServing, "_serve_pair", counted)
+    export_dir = str(tmp_path / "mnli")
+    export_classifier(_model(3, 1), SPM_MODEL, True, MAX_SEQ_LENGTH, glue.MNLI_LABELS, export_dir)
+    assert len(traces) == 1
+    assert tf.saved_model.contains_saved_model(export_dir)
