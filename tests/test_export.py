@@ -231,26 +231,30 @@ def test_an_export_dir_holding_other_files_is_refused_and_left_whole(tmp_path):
     assert _tree(folder) == {Path("model.ckpt-100.index"): b"checkpoint"}
 
 
+@pytest.fixture(scope="module")
+def servings():
+    """{sentence_pair: _ClassifierServing} of one MNLI model, each traced once for the module."""
+    model, tokenizer = _model(3, seed=1), InGraphTokenizer(SPM_MODEL)
+    return {
+        pair: _ClassifierServing(model, tokenizer, MAX_SEQ_LENGTH, glue.MNLI_LABELS, pair)
+        for pair in (False, True)
+    }
+
+
 @pytest.mark.parametrize("rows", [(2, 4), (1, 3), (3, 1), (0, 1)])
-def test_sentences_of_unequal_rows_are_a_clear_error(rows):
+def test_sentences_of_unequal_rows_are_a_clear_error(servings, rows):
     # TF Serving's columnar format lets a client send 2 sentence_a and 4 sentence_b; that
     # failed deep in the tokenizer ("Incompatible shapes: [2] vs. [4]").
-    serving = _ClassifierServing(
-        _model(3, seed=1), InGraphTokenizer(SPM_MODEL), MAX_SEQ_LENGTH, glue.MNLI_LABELS, True
-    )
     with pytest.raises(tf.errors.InvalidArgumentError, match="sentence_a and sentence_b must"):
-        serving.serve(
+        servings[True].serve(
             tf.constant(["gold"] * rows[0], tf.string), tf.constant(["free"] * rows[1], tf.string)
         )
 
 
-def test_text_that_is_not_utf8_is_a_clear_error():
+def test_text_that_is_not_utf8_is_a_clear_error(servings):
     # A gRPC client can send Latin-1 bytes, or cut a character in two; those were served a
     # prediction made from replacement characters, as if the text were fine.
-    model = _model(3, seed=1)
-    tokenizer = InGraphTokenizer(SPM_MODEL)
-    single = _ClassifierServing(model, tokenizer, MAX_SEQ_LENGTH, glue.MNLI_LABELS, False)
-    pair = _ClassifierServing(model, tokenizer, MAX_SEQ_LENGTH, glue.MNLI_LABELS, True)
+    single, pair = servings[False], servings[True]
     valid = ["café".encode(), "\ufffd a\x00b 😀".encode(), b""]
     assert single.serve(tf.constant(valid))["label"].shape == [3]
     assert pair.serve(tf.constant(valid), tf.constant(valid[::-1]))["label"].shape == [3]

@@ -330,12 +330,11 @@ def test_characters_sentencepiece_drops_do_not_shift_later_answers(do_lower_case
     _assert_every_span_is_the_predictions_json_text(contexts, do_lower_case)
 
 
-@pytest.mark.parametrize("rows", [(2, 4), (1, 3), (3, 1), (0, 1)])
-def test_questions_and_contexts_of_unequal_rows_are_a_clear_error(rows):
-    # TF Serving's columnar format lets a client send 1 question and 3 contexts; that failed
-    # deep in the ragged ops ("indices[1] = 1 is not in [0, 1)").
+@pytest.fixture(scope="module")
+def serving():
+    """The QA serving module of `_model(seed=0)`, its `serve` traced once for the module."""
     sp_model = load_spm_model(SPM_MODEL)
-    serving = _QuestionAnsweringServing(
+    return _QuestionAnsweringServing(
         _model(seed=0),
         InGraphTokenizer(SPM_MODEL),
         tf_text.SentencepieceTokenizer(model=sp_model.serialized_model_proto()),
@@ -346,6 +345,12 @@ def test_questions_and_contexts_of_unequal_rows_are_a_clear_error(rows):
         n_best_size=20,
         doc_stride=128,
     )
+
+
+@pytest.mark.parametrize("rows", [(2, 4), (1, 3), (3, 1), (0, 1)])
+def test_questions_and_contexts_of_unequal_rows_are_a_clear_error(serving, rows):
+    # TF Serving's columnar format lets a client send 1 question and 3 contexts; that failed
+    # deep in the ragged ops ("indices[1] = 1 is not in [0, 1)").
     with pytest.raises(tf.errors.InvalidArgumentError, match="question and context must"):
         serving.serve(
             tf.constant(["who?"] * rows[0], tf.string),
@@ -353,20 +358,8 @@ def test_questions_and_contexts_of_unequal_rows_are_a_clear_error(rows):
         )
 
 
-def test_text_that_is_not_utf8_is_a_clear_error():
+def test_text_that_is_not_utf8_is_a_clear_error(serving):
     # A Latin-1 "café" context was served the answer "" with a high score.
-    sp_model = load_spm_model(SPM_MODEL)
-    serving = _QuestionAnsweringServing(
-        _model(seed=0),
-        InGraphTokenizer(SPM_MODEL),
-        tf_text.SentencepieceTokenizer(model=sp_model.serialized_model_proto()),
-        sp_model.unk_id(),
-        MAX_SEQ_LENGTH,
-        MAX_QUERY_LENGTH,
-        MAX_ANSWER_LENGTH,
-        n_best_size=20,
-        doc_stride=128,
-    )
     context = "Le café de la gare est à côté du musée."
     out = serving.serve(tf.constant(["où?"]), tf.constant([context]))
     assert out["answer"].shape == [1]
