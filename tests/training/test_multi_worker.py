@@ -1,6 +1,7 @@
 """MultiWorkerMirroredStrategy: two local worker processes (TF_CONFIG on 127.0.0.1) complete a
-short run; only the chief writes checkpoints and summaries to output_dir; killed workers
-resume bit-identical to an uninterrupted two-worker run."""
+short run (the chief-killed test's reference run); only the chief writes checkpoints and
+summaries to output_dir; killed workers resume bit-identical to an uninterrupted two-worker
+run."""
 
 import json
 import os
@@ -83,19 +84,14 @@ def _finish(workers):
             worker.kill()
 
 
-def test_two_workers_complete_a_run(tmp_path):
-    output_dir = tmp_path / "out"
-    workers = _start_workers(_command(tmp_path, output_dir))
-    logs = _finish(workers)
-    for worker, log in zip(workers, logs, strict=True):
-        assert worker.returncode == 0, log[-3000:]
-        assert "Strategy multi_worker with 2 replica(s)" in log
-        assert "step 6/6" in log
-
+def _assert_a_complete_run(output_dir, logs):
+    """Both workers logged their strategy and every step; output_dir holds one copy of each
+    file, the chief's, and each worker's input positions."""
+    for log in logs:
+        assert "Strategy multi_worker with 2 replica(s)" in log and "step 6/6" in log
     assert Path(tf.train.latest_checkpoint(str(output_dir))).name == "model.ckpt-6"
     reader = tf.train.load_checkpoint(str(output_dir / "model.ckpt-6"))
     assert reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 6
-    # One copy of each file in output_dir: the chief's. Workers save their input positions.
     assert len(list(output_dir.glob("events.out.tfevents.*"))) == 1
     assert len(list((output_dir / "eval").glob("events.out.tfevents.*"))) == 1
     assert (output_dir / "eval_results.txt").exists()
@@ -203,7 +199,8 @@ def test_the_chief_killed_twice_resumes_bit_identical(tmp_path):
     written, the checkpoint not committed); its peer is killed too, as a launcher would. A
     last rerun of both ends with every variable of an uninterrupted two-worker run's
     model.ckpt-6 (weights, optimizer slots, global step, dropout random state) bit-identical.
-    The reference runs alongside."""
+    The reference runs alongside, and is checked as a complete two-worker run: only the
+    chief writes to output_dir."""
     command = _command(tmp_path, tmp_path / "reference", hidden_dropout_prob=0.1)
     command = [f for f in command if not f.startswith("--iterations_per_loop")]
     command.append("--iterations_per_loop=1")
@@ -226,6 +223,7 @@ def test_the_chief_killed_twice_resumes_bit_identical(tmp_path):
         assert worker.returncode == 0 and "step 6/6" in log, log[-3000:]
         assert "reshuffling the data" not in log
     assert "Resumed from" in logs[0] and "model.ckpt-3 at global step 3" in logs[0]
+    _assert_a_complete_run(tmp_path / "reference", logs[2:])
 
     expected = _values(tmp_path / "reference" / "model.ckpt-6")
     got = _values(tmp_path / "killed" / "model.ckpt-6")
