@@ -167,16 +167,26 @@ def test_a_failed_export_leaves_the_earlier_one_and_a_new_one_replaces_it_whole(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
 
 
-def test_an_empty_sentence_b_is_served_as_fine_tuning_packs_it():
+@pytest.fixture(scope="module")
+def servings():
+    """{sentence_pair: _ClassifierServing} of one MNLI model (key "model": the model), each
+    traced once for the module: the tests that take it run on one pytest-xdist worker."""
+    model, tokenizer = _model(3, seed=1), InGraphTokenizer(SPM_MODEL, do_lower_case=True)
+    servings = {
+        pair: _ClassifierServing(model, tokenizer, MAX_SEQ_LENGTH, glue.MNLI_LABELS, pair)
+        for pair in (False, True)
+    }
+    return {**servings, "model": model}
+
+
+@pytest.mark.xdist_group("export_servings")
+def test_an_empty_sentence_b_is_served_as_fine_tuning_packs_it(servings):
     # glue.convert_examples_to_features (as the original) packs a second sentence without
     # tokens as `[CLS] A [SEP]`; the served model must see the same ids.
-    model = _model(3, seed=1)
-    tokenizer = InGraphTokenizer(SPM_MODEL, do_lower_case=True)
-    serving = _ClassifierServing(model, tokenizer, MAX_SEQ_LENGTH, glue.MNLI_LABELS, True)
     sentences_a = ["gold", "people came " * 9, "The River flows to the SEA.", "Café"]
     sentences_b = ["", "", "   ", "free"]
-    served = serving.serve(tf.constant(sentences_a), tf.constant(sentences_b))
-    logits = _keras_logits(model, "mnli", sentences_a, sentences_b)
+    served = servings[True].serve(tf.constant(sentences_a), tf.constant(sentences_b))
+    logits = _keras_logits(servings["model"], "mnli", sentences_a, sentences_b)
     probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     assert np.max(np.abs(served["probabilities"].numpy() - probabilities)) < 1e-5
 
@@ -231,16 +241,7 @@ def test_an_export_dir_holding_other_files_is_refused_and_left_whole(tmp_path):
     assert _tree(folder) == {Path("model.ckpt-100.index"): b"checkpoint"}
 
 
-@pytest.fixture(scope="module")
-def servings():
-    """{sentence_pair: _ClassifierServing} of one MNLI model, each traced once for the module."""
-    model, tokenizer = _model(3, seed=1), InGraphTokenizer(SPM_MODEL)
-    return {
-        pair: _ClassifierServing(model, tokenizer, MAX_SEQ_LENGTH, glue.MNLI_LABELS, pair)
-        for pair in (False, True)
-    }
-
-
+@pytest.mark.xdist_group("export_servings")
 @pytest.mark.parametrize("rows", [(2, 4), (1, 3), (3, 1), (0, 1)])
 def test_sentences_of_unequal_rows_are_a_clear_error(servings, rows):
     # TF Serving's columnar format lets a client send 2 sentence_a and 4 sentence_b; that
@@ -251,6 +252,7 @@ def test_sentences_of_unequal_rows_are_a_clear_error(servings, rows):
         )
 
 
+@pytest.mark.xdist_group("export_servings")
 def test_text_that_is_not_utf8_is_a_clear_error(servings):
     # A gRPC client can send Latin-1 bytes, or cut a character in two; those were served a
     # prediction made from replacement characters, as if the text were fine.

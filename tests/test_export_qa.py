@@ -332,7 +332,8 @@ def test_characters_sentencepiece_drops_do_not_shift_later_answers(do_lower_case
 
 @pytest.fixture(scope="module")
 def serving():
-    """The QA serving module of `_model(seed=0)`, its `serve` traced once for the module."""
+    """The QA serving module of `_model(seed=0)`, its `serve` traced once for the module: the
+    tests that take it run on one pytest-xdist worker."""
     sp_model = load_spm_model(SPM_MODEL)
     return _QuestionAnsweringServing(
         _model(seed=0),
@@ -347,6 +348,7 @@ def serving():
     )
 
 
+@pytest.mark.xdist_group("export_qa_serving")
 @pytest.mark.parametrize("rows", [(2, 4), (1, 3), (3, 1), (0, 1)])
 def test_questions_and_contexts_of_unequal_rows_are_a_clear_error(serving, rows):
     # TF Serving's columnar format lets a client send 1 question and 3 contexts; that failed
@@ -358,6 +360,7 @@ def test_questions_and_contexts_of_unequal_rows_are_a_clear_error(serving, rows)
         )
 
 
+@pytest.mark.xdist_group("export_qa_serving")
 def test_text_that_is_not_utf8_is_a_clear_error(serving):
     # A Latin-1 "café" context was served the answer "" with a high score.
     context = "Le café de la gare est à côté du musée."
