@@ -85,10 +85,10 @@ def _finish(workers):
 
 
 def _assert_a_complete_run(output_dir, logs):
-    """Both workers logged their strategy and every step; output_dir holds one copy of each
-    file, the chief's, and each worker's input positions."""
+    """Both workers logged their strategy (the caller checks their steps); output_dir holds
+    one copy of each file, the chief's, and each worker's input positions."""
     for log in logs:
-        assert "Strategy multi_worker with 2 replica(s)" in log and "step 6/6" in log
+        assert "Strategy multi_worker with 2 replica(s)" in log
     assert Path(tf.train.latest_checkpoint(str(output_dir))).name == "model.ckpt-6"
     reader = tf.train.load_checkpoint(str(output_dir / "model.ckpt-6"))
     assert reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 6
