@@ -5,7 +5,9 @@
 
 Each measurement runs in its own subprocess (so TensorFlow and PyTorch never share the cores),
 one after the other, and reports the median sequences/s over `--steps` timed calls after
-warm-up. HF rows are skipped when torch/transformers are not installed.
+warm-up. Ours runs with and without XLA in each precision; `*` marks the path the entry points
+pick here by default (`albert.training.hardware`: on a CPU with bfloat16 matrix units, bfloat16
+without XLA). HF rows are skipped when torch/transformers are not installed.
 """
 
 import argparse
@@ -77,10 +79,36 @@ def run_hf(args):
 
 ROWS = [
     ("ours (Keras 3 / TF, XLA)", "ours", "float32", True),
+    ("ours (Keras 3 / TF, no XLA)", "ours", "float32", False),
     ("ours (Keras 3 / TF, XLA)", "ours", "bfloat16", True),
+    ("ours (Keras 3 / TF, no XLA)", "ours", "bfloat16", False),
     ("HF transformers (PyTorch)", "hf", "float32", False),
     ("HF transformers (PyTorch, autocast)", "hf", "bfloat16", False),
 ]
+
+
+def auto_path():
+    """(precision, XLA, why): what the entry points run here with no precision/XLA flags."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import training_rows
+
+    return training_rows.auto_path("cpu")
+
+
+def ratio_lines(results, auto):
+    """Best ours / HF in each precision, and the default path / the best HF row."""
+    lines = []
+    for precision in ("float32", "bfloat16"):
+        ours = [
+            seqs for (which, p, _), seqs in results.items() if which == "ours" and p == precision
+        ]
+        hf = results.get(("hf", precision, False))
+        if ours and hf:
+            lines.append(f"best ours / HF, {precision}: {max(ours) / hf:.2f}x")
+    hf_rows = [seqs for (which, _, _), seqs in results.items() if which == "hf"]
+    if auto in results and hf_rows:
+        lines.append(f"default ours (*) / best HF: {results[auto] / max(hf_rows):.2f}x")
+    return lines
 
 
 def main():
@@ -103,10 +131,17 @@ def main():
         return
 
     print(f"Forward pass, {os.path.basename(args.config)}, batch {args.batch}, seq {args.seq}, ")
-    print(f"{os.cpu_count()} cores, median of {args.steps} calls\n")
+    print(f"{os.cpu_count()} cores, median of {args.steps} calls")
+    auto_precision, auto_jit, why = auto_path()  # puts benchmarks/ on sys.path
+    import machine
+
+    print(f"CPU: {machine.cpu_model()}\n")
+    auto = ("ours", auto_precision, auto_jit)
     print(f"{'implementation':38s} {'precision':10s} {'seq/s':>8s}")
     results = {}
     for label, which, precision, jit in ROWS:
+        if (which, precision, jit) == auto:
+            label += " *"
         command = [sys.executable, __file__, f"--one={which}", f"--precision={precision}"]
         command += [f"--config={args.config}", f"--seq={args.seq}", f"--batch={args.batch}"]
         command += [f"--steps={args.steps}"] + (["--jit"] if jit else [])
@@ -120,13 +155,11 @@ def main():
             print(f"{label:38s} {precision:10s} {'skipped':>8s}  ({reason[:60]})")
             continue
         seconds = json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
-        results[(which, precision)] = args.batch / seconds
+        results[(which, precision, jit)] = args.batch / seconds
         print(f"{label:38s} {precision:10s} {args.batch / seconds:8.2f}")
-    print()
-    for precision in ("float32", "bfloat16"):
-        if ("ours", precision) in results and ("hf", precision) in results:
-            ratio = results[("ours", precision)] / results[("hf", precision)]
-            print(f"ratio ours / HF, {precision}: {ratio:.2f}x")
+    print(f"\n* the entry points' default here ({why})")
+    for line in ratio_lines(results, auto):
+        print(line)
 
 
 if __name__ == "__main__":
