@@ -17,6 +17,9 @@ import subprocess
 import sys
 import time
 
+import machine  # beside this script, as in bench_training.py
+import training_rows
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -89,9 +92,6 @@ ROWS = [
 
 def auto_path():
     """(precision, XLA, why): what the entry points run here with no precision/XLA flags."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import training_rows
-
     return training_rows.auto_path("cpu")
 
 
@@ -132,9 +132,7 @@ def main():
 
     print(f"Forward pass, {os.path.basename(args.config)}, batch {args.batch}, seq {args.seq}, ")
     print(f"{os.cpu_count()} cores, median of {args.steps} calls")
-    auto_precision, auto_jit, why = auto_path()  # puts benchmarks/ on sys.path
-    import machine
-
+    auto_precision, auto_jit, why = auto_path()
     print(f"CPU: {machine.cpu_model()}\n")
     auto = ("ours", auto_precision, auto_jit)
     print(f"{'implementation':38s} {'precision':10s} {'seq/s':>8s}")
