@@ -1,6 +1,9 @@
 """Helpers shared by tests: a tiny ALBERT config, a tiny SentencePiece model trained with the
-project's own code, free ports, summary tags, the original optimizers' update in numpy."""
+project's own code, free ports, summary tags, the original optimizers' update in numpy, and
+torch with transformers for the tests that check against real HF."""
 
+import functools
+import importlib.util
 import json
 import os
 import subprocess
@@ -180,3 +183,43 @@ def run_without_albert(script, *args, cwd):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+# Loads triton's extension after TensorFlow's, as a test that imports transformers' ALBERT
+# module (which loads triton where it is installed) does after the suite has loaded TensorFlow.
+TRITON_AFTER_TENSORFLOW = "import tensorflow, triton"
+
+
+def import_torch_and_transformers(probe=TRITON_AFTER_TENSORFLOW):
+    """torch and transformers, or a skip of the calling test module (call it at module level):
+    where either is not installed, and where triton, which a CUDA build of torch installs,
+    crashes a process that has loaded TensorFlow (TensorFlow 2.21 beside triton 3.8: a
+    segfault in triton's extension, which would take down the pytest worker and every test
+    left on it). The CPU wheel of torch has no triton and no such crash. `probe`: the Python
+    code run in a fresh process to see whether it crashes (a test substitutes its own)."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    if importlib.util.find_spec("triton") is not None:
+        signal_number = _probe_signal(probe)
+        if signal_number:
+            pytest.skip(
+                f"triton crashes a process that has loaded TensorFlow (signal {signal_number} "
+                "in a probe): install torch's CPU wheel (pip install torch --index-url "
+                "https://download.pytorch.org/whl/cpu), which comes without triton",
+                allow_module_level=True,
+            )
+    return torch, transformers
+
+
+@functools.cache
+def _probe_signal(probe):
+    """The signal that killed a fresh Python process running `probe`, or 0."""
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    return max(0, -result.returncode)

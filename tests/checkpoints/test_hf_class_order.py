@@ -12,9 +12,9 @@ import os
 
 import numpy as np
 import pytest
+from helpers import import_torch_and_transformers
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch, transformers = import_torch_and_transformers()
 
 from test_hf_task_heads import hf_model, hf_outputs, inputs  # noqa: E402
 

@@ -13,9 +13,9 @@ import re
 
 import numpy as np
 import pytest
+from helpers import import_torch_and_transformers
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch, transformers = import_torch_and_transformers()
 
 from checkpoint_testing import randomize  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
