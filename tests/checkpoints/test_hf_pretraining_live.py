@@ -1,0 +1,55 @@
+"""HF transformers' AlbertForPreTraining and ours, both ways, against the transformers installed.
+
+test_hf_parity.py checks our import against HF outputs committed as fixtures (written once
+with transformers 4.57); these run the installed transformers itself, so a release that reads
+or writes the format differently (a renamed key loaded as a fresh random weight, with only a
+warning) fails here. Shape letters: B batch (3), T sequence (7), P masked positions (2), V
+vocabulary (99).
+"""
+
+import numpy as np
+from helpers import import_torch_and_transformers
+
+torch, transformers = import_torch_and_transformers()
+
+from checkpoint_testing import randomize  # noqa: E402
+from test_hf_task_heads import hf_from_pretrained, hf_model, hf_outputs, inputs  # noqa: E402
+
+from albert.checkpoints import load_checkpoint, read_config, save_checkpoint  # noqa: E402
+from albert.modeling import AlbertPretrainer  # noqa: E402
+from tests.helpers import tiny_config  # noqa: E402
+
+TOLERANCE = 1e-5
+POSITIONS = np.array([[1, 4], [0, 2], [3, 4]], "int32")  # [B, P], inside the unpadded 5
+
+
+def pretraining_inputs():
+    return {**inputs("AlbertForPreTraining"), "masked_lm_positions": POSITIONS}
+
+
+def max_differences(ours, hf):
+    """Ours against HF's: HF's masked-LM logits [B, T, V] are taken at the masked positions."""
+    hf_mlm = np.take_along_axis(hf["prediction_logits"], POSITIONS[:, :, None], axis=1)
+    return {
+        "mlm_logits": float(np.max(np.abs(np.asarray(ours["mlm_logits"]) - hf_mlm))),
+        "sop_logits": float(np.max(np.abs(np.asarray(ours["sop_logits"]) - hf["sop_logits"]))),
+    }
+
+
+def test_our_pretrainer_exports_as_hfs_with_our_logits(tmp_path):
+    model = randomize(AlbertPretrainer(tiny_config()))
+    save_checkpoint(model, str(tmp_path), "hf")
+    exported = hf_from_pretrained("AlbertForPreTraining", tmp_path)  # no key missing or extra
+    features = pretraining_inputs()
+    differences = max_differences(model(features), hf_outputs(exported, features))
+    assert all(d <= TOLERANCE for d in differences.values()), differences
+
+
+def test_hfs_saved_pretrainer_loads_into_ours_with_hfs_logits(tmp_path):
+    source = hf_model("AlbertForPreTraining", num_labels=2)  # HF sizes the SOP head by it
+    source.save_pretrained(str(tmp_path))
+    model = AlbertPretrainer(read_config(str(tmp_path)))
+    load_checkpoint(model, str(tmp_path))
+    features = pretraining_inputs()
+    differences = max_differences(model(features), hf_outputs(source, features))
+    assert all(d <= TOLERANCE for d in differences.values()), differences
