@@ -23,11 +23,10 @@ import os
 
 import numpy as np
 from absl import logging
-from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from albert import fileio
-from albert.checkpoints import hf_heads, remote
+from albert.checkpoints import hf_heads, hf_weights, remote
 from albert.checkpoints.hf_heads import head_architecture
 from albert.checkpoints.table import (
     BACKBONE,
@@ -116,7 +115,7 @@ CONFIG_FILE = "config.json"
 _BASE_PREFIX = "albert."
 _MAPPING_WEIGHT = "albert.encoder.embedding_hidden_mapping_in.weight"  # [H, E]
 _MAPPING_BIAS = "albert.encoder.embedding_hidden_mapping_in.bias"
-WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_FILE = hf_weights.WEIGHTS_FILE  # what `save` writes; `load` reads shards too
 
 # The decoder is tied to the input embeddings and its bias to `predictions.bias`; some files
 # carry the copies. name -> the name it must equal.
@@ -172,9 +171,9 @@ _LAYER_NORM_EPSILON = 1e-12
 
 
 def is_hf(path: str) -> bool:
-    """Whether `path` is a directory holding `config.json` and `model.safetensors` (local, or
-    remote: gs://)."""
-    return all(remote.isfile(os.path.join(path, f)) for f in (CONFIG_FILE, WEIGHTS_FILE))
+    """Whether `path` is a directory holding `config.json` and `model.safetensors` or a
+    sharded save's index (local, or remote: gs://)."""
+    return remote.isfile(os.path.join(path, CONFIG_FILE)) and hf_weights.present(path)
 
 
 def read_config(directory: str) -> AlbertConfig:
@@ -279,8 +278,9 @@ def load(model, directory: str) -> LoadResult:
 
     Args:
         model: the Keras model; its config must match `config.json`.
-        directory: holds `config.json` and `model.safetensors`; local or remote (gs://,
-            read from a local temporary copy: safetensors reads local files only).
+        directory: holds `config.json` and `model.safetensors` (or the shards of
+            `model.safetensors.index.json`); local or remote (gs://, read from a local
+            temporary copy: safetensors reads local files only).
 
     Returns:
         A `LoadResult`.
@@ -291,64 +291,56 @@ def load(model, directory: str) -> LoadResult:
             assigned then).
     """
     if remote.is_remote(directory):
-        with remote.local_copies(directory, (CONFIG_FILE, WEIGHTS_FILE)) as local:
+        names = (CONFIG_FILE, *hf_weights.files(directory))
+        with remote.local_copies(directory, names) as local:
             return remote.renamed(load(model, local), local, directory)
     checkpoint_config = read_config(directory)
     check_group_mapping(checkpoint_config, os.path.join(directory, CONFIG_FILE))
     check_config(
         model_parts(model)[BACKBONE].config, checkpoint_config, os.path.join(directory, CONFIG_FILE)
     )
-    weights_path = os.path.join(directory, WEIGHTS_FILE)
-    if not os.path.isfile(weights_path):
-        raise CheckpointError(
-            f"No {WEIGHTS_FILE} in {directory}; save the HF model with safe_serialization=True."
-        )
-    try:
-        with safe_open(weights_path, framework="np") as f:
-            stored_name = _model_names(f.keys())
-            shapes = {
-                name: tuple(f.get_slice(stored).get_shape()) for name, stored in stored_name.items()
-            }
+    weights_path = hf_weights.path(directory)  # model.safetensors, or a sharded save's index
+    with hf_weights.open_weights(directory) as f:
+        stored_name = _model_names(f.keys())
+        shapes = {
+            name: tuple(f.get_slice(stored).get_shape()) for name, stored in stored_name.items()
+        }
 
-            def read(name):
-                return f.get_tensor(stored_name[name])
+        def read(name):
+            return f.get_tensor(stored_name[name])
 
-            ignored = _tolerated(shapes, read, weights_path)
-            if model_parts(model)[BACKBONE].embeddings.embedding_hidden_mapping_in is None:
-                ignored += _identity_mapping(shapes, read, weights_path)
-            shapes = {name: shape for name, shape in shapes.items() if name not in ignored}
-            bound = bind(HF_TABLE, model, "HF")
-            if not any(name in shapes for name in _POOLER):
-                logging.warning(
-                    "%s holds no pooler (HF saves none for AlbertForMaskedLM and "
-                    "AlbertForQuestionAnswering): it starts from its initial values, as in HF.",
-                    weights_path,
-                )
-                bound[BACKBONE] = {k: v for k, v in bound[BACKBONE].items() if k not in _POOLER}
-            architectures = read_values(directory).get("architectures") or []
-            if not hf_heads.fitting_head(
-                model, bound[TASK_HEAD], shapes, architectures, weights_path
-            ):
-                bound[TASK_HEAD] = {}  # its names are then ignored, as a backbone's are
-            assignments, ignored_heads = plan_load(
-                bound, shapes, HF_TABLE.head_names() | set(_TIED), weights_path
+        ignored = _tolerated(shapes, read, weights_path)
+        if model_parts(model)[BACKBONE].embeddings.embedding_hidden_mapping_in is None:
+            ignored += _identity_mapping(shapes, read, weights_path)
+        shapes = {name: shape for name, shape in shapes.items() if name not in ignored}
+        bound = bind(HF_TABLE, model, "HF")
+        if not any(name in shapes for name in _POOLER):
+            logging.warning(
+                "%s holds no pooler (HF saves none for AlbertForMaskedLM and "
+                "AlbertForQuestionAnswering): it starts from its initial values, as in HF.",
+                weights_path,
             )
-            task_heads = [name for name in ignored_heads if name in _TASK_HEADS]
-            # A head of this model's class but of another shape was warned about above.
-            if task_heads and hf_heads.head_architecture(model) not in architectures:
-                squad_v2 = task_head(model)[0] == SQUAD_V2
-                logging.warning(
-                    "%s: HF's task head (%s) is not read into an %s (the file is an %s%s); "
-                    "the encoder is.",
-                    weights_path,
-                    ", ".join(task_heads),
-                    type(model).__name__,
-                    " or ".join(architectures) or "HF model of no named class",
-                    "; no HF class computes SQuAD 2.0's head" if squad_v2 else "",
-                )
-            assign(assignments, read)
-    except SafetensorError as e:
-        raise CheckpointError(f"Cannot read {weights_path}: {e}") from None
+            bound[BACKBONE] = {k: v for k, v in bound[BACKBONE].items() if k not in _POOLER}
+        architectures = read_values(directory).get("architectures") or []
+        if not hf_heads.fitting_head(model, bound[TASK_HEAD], shapes, architectures, weights_path):
+            bound[TASK_HEAD] = {}  # its names are then ignored, as a backbone's are
+        assignments, ignored_heads = plan_load(
+            bound, shapes, HF_TABLE.head_names() | set(_TIED), weights_path
+        )
+        task_heads = [name for name in ignored_heads if name in _TASK_HEADS]
+        # A head of this model's class but of another shape was warned about above.
+        if task_heads and hf_heads.head_architecture(model) not in architectures:
+            squad_v2 = task_head(model)[0] == SQUAD_V2
+            logging.warning(
+                "%s: HF's task head (%s) is not read into an %s (the file is an %s%s); "
+                "the encoder is.",
+                weights_path,
+                ", ".join(task_heads),
+                type(model).__name__,
+                " or ".join(architectures) or "HF model of no named class",
+                "; no HF class computes SQuAD 2.0's head" if squad_v2 else "",
+            )
+        assign(assignments, read)
     return LoadResult(
         path=directory,
         format="hf",

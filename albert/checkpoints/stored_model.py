@@ -139,20 +139,15 @@ def _stored_shapes(path: str, format_name: str) -> dict:
 
 def _hf_task_head(path: str) -> tuple:
     """`stored_task_head` of an HF directory: its class's head, where it is one of ours."""
-    from safetensors import SafetensorError, safe_open
-
-    from albert.checkpoints import hf
+    from albert.checkpoints import hf, hf_weights
 
     if remote.is_remote(path):  # gs://: safetensors reads a local temporary copy
-        with remote.local_copies(path, (hf.CONFIG_FILE, hf.WEIGHTS_FILE)) as local:
+        names = (hf.CONFIG_FILE, *hf_weights.files(path))
+        with remote.local_copies(path, names) as local:
             return _hf_task_head(local)
     architectures = hf.read_values(path).get("architectures") or []
-    weights_path = os.path.join(path, hf.WEIGHTS_FILE)
-    try:
-        with safe_open(weights_path, framework="np") as f:
-            shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}
-    except SafetensorError as e:
-        raise CheckpointError(f"Cannot read {weights_path}: {e}") from None
+    with hf_weights.open_weights(path) as f:  # model.safetensors, or a sharded save's shards
+        shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}
     for architecture in architectures:
         kind, name = _HF_HEADS.get(architecture, (None, None))
         if name in shapes:

@@ -148,7 +148,7 @@ def resolve_prefix(path: str) -> str:
         if not prefixes:
             raise CheckpointError(
                 f"No checkpoint found in directory {path}: no TF1 `checkpoint` or *.index file, "
-                "no HF config.json + model.safetensors, no Keras *.weights.h5."
+                "no HF config.json + model.safetensors (or its shards' index), no Keras *.weights.h5."
             )
         best = os.path.join(path, "model.ckpt-best")
         if best in prefixes:

@@ -3,11 +3,14 @@
 test_hf_parity.py checks our import against HF outputs committed as fixtures (written once
 with transformers 4.57); these run the installed transformers itself, so a release that reads
 or writes the format differently (a renamed key loaded as a fresh random weight, with only a
-warning) fails here. Shape letters: B batch (3), T sequence (7), P masked positions (2), V
+warning) fails here. HF's model is also loaded from the shards of a sharded save. Shape letters: B batch (3), T sequence (7), P masked positions (2), V
 vocabulary (99).
 """
 
+import os
+
 import numpy as np
+import pytest
 from helpers import import_torch_and_transformers
 
 torch, transformers = import_torch_and_transformers()
@@ -45,9 +48,12 @@ def test_our_pretrainer_exports_as_hfs_with_our_logits(tmp_path):
     assert all(d <= TOLERANCE for d in differences.values()), differences
 
 
-def test_hfs_saved_pretrainer_loads_into_ours_with_hfs_logits(tmp_path):
+@pytest.mark.parametrize("max_shard_size", [None, "20KB"], ids=["one_file", "shards"])
+def test_hfs_saved_pretrainer_loads_into_ours_with_hfs_logits(tmp_path, max_shard_size):
     source = hf_model("AlbertForPreTraining", num_labels=2)  # HF sizes the SOP head by it
-    source.save_pretrained(str(tmp_path))
+    shards = {"max_shard_size": max_shard_size} if max_shard_size else {}
+    source.save_pretrained(str(tmp_path), **shards)
+    assert os.path.isfile(tmp_path / "model.safetensors.index.json") == bool(max_shard_size)
     model = AlbertPretrainer(read_config(str(tmp_path)))
     load_checkpoint(model, str(tmp_path))
     features = pretraining_inputs()
