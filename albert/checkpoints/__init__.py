@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from absl import logging
 
-from albert.checkpoints import hf, keras_format, remote
+from albert.checkpoints import hf, hf_weights, keras_format, remote
 from albert.checkpoints.table import CheckpointError, LoadResult
 
 __all__ = [
@@ -72,6 +72,14 @@ def detect_format(path: str) -> str:
             f"{path} is a whole Keras model (model.save), not a checkpoint: load it with "
             "keras.saving.load_model, or write its weights with save_checkpoint(model, DIR, "
             '"keras") and pass DIR.'
+        )
+    torch_file = hf_weights.torch_only(path)
+    if torch_file:
+        raise CheckpointError(
+            f"{path} holds its HF weights only as {torch_file} (torch's pickle format), which "
+            "is read here only as safetensors: with transformers, "
+            "AlbertForPreTraining.from_pretrained(DIR).save_pretrained(DIR) (the class its "
+            "config.json names) writes model.safetensors beside it."
         )
     # A remote path too: "No TF1 checkpoint at ..." misled about an HF or Keras folder's typo.
     if not remote.exists(path) and not remote.exists(path + ".index"):

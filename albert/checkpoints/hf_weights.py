@@ -19,11 +19,23 @@ from albert.checkpoints.table import CheckpointError
 
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"  # {"weight_map": {tensor name: shard file}}
+# torch's pickled weights (transformers' format before safetensors), one file or sharded:
+# read here only once saved again as safetensors.
+TORCH_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
 def present(directory: str) -> bool:
     """Whether `directory` (local or remote) holds `model.safetensors` or a shard index."""
     return bool({WEIGHTS_FILE, INDEX_FILE} & _names_in(directory))
+
+
+def torch_only(directory: str) -> str | None:
+    """The name of torch's pickled weights where `directory` (local or remote) holds
+    `config.json` and those but no safetensors weights; else None."""
+    names = _names_in(directory)
+    if "config.json" not in names or {WEIGHTS_FILE, INDEX_FILE} & names:
+        return None
+    return next((name for name in TORCH_FILES if name in names), None)
 
 
 def files(directory: str) -> tuple:

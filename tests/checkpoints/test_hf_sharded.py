@@ -1,12 +1,13 @@
 """HF directories saved in shards (`save_pretrained(max_shard_size=...)`: an index
 `model.safetensors.index.json` and `model-0000i-of-0000n.safetensors`) load as the single
 `model.safetensors` does, locally and from remote folders (ram:// for gs://); an index that does
-not fit its shards is one clear error. The shards are cut here from the committed fixtures,
-as transformers cuts them (no torch needed); test_hf_pretraining_live.py loads one that
-transformers itself wrote."""
+not fit its shards is one clear error, and so is a directory of torch's pickled weights alone.
+The shards are cut here from the committed fixtures, as transformers cuts them (no torch
+needed); test_hf_pretraining_live.py loads one that transformers itself wrote."""
 
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -25,6 +26,7 @@ from albert.checkpoints import (
 from albert.checkpoints.stored_model import stored_task_head
 from albert.checkpoints.table import CLASSIFIER
 from albert.modeling import AlbertClassifier, AlbertPretrainer
+from tests.helpers import tiny_config
 
 FIXTURES = os.path.dirname(HF_FIXTURE)
 
@@ -146,3 +148,24 @@ def test_an_index_that_does_not_fit_its_shards_is_one_clear_error(tmp_path, dama
         load_checkpoint(model, directory)
     for a, b in zip(model.weights, before, strict=True):  # nothing was assigned
         np.testing.assert_array_equal(a.numpy(), b)
+
+
+@pytest.mark.parametrize("torch_file", ["pytorch_model.bin", "pytorch_model.bin.index.json"])
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_torch_pickled_weights_alone_name_the_conversion(tmp_path, torch_file, where):
+    """An older HF directory (torch's pickle, one file or sharded, no safetensors) is one
+    error naming its file and transformers' one-line conversion, not 'no checkpoint found'."""
+    directory = tmp_path / "old"
+    directory.mkdir()
+    shutil.copy(os.path.join(HF_FIXTURE, "config.json"), directory)
+    (directory / torch_file).write_bytes(b"PK\x03\x04")  # read by nothing here
+    path = str(directory)
+    if where == "remote":
+        path = f"ram://{tmp_path.name}-{where}/old"
+        tf.io.gfile.makedirs(path)
+        for name in os.listdir(directory):
+            tf.io.gfile.copy(str(directory / name), f"{path}/{name}")
+    with pytest.raises(CheckpointError, match=f"only as {re.escape(torch_file)} .*save_pretrained"):
+        detect_format(path)
+    with pytest.raises(CheckpointError, match=f"only as {re.escape(torch_file)}"):
+        load_checkpoint(AlbertPretrainer(tiny_config()), path)
