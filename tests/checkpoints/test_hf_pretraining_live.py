@@ -1,4 +1,5 @@
-"""HF transformers' AlbertForPreTraining and ours, both ways, against the transformers installed.
+"""HF transformers' AlbertForPreTraining and AlbertForMaskedLM and ours, both ways, against the
+transformers installed.
 
 test_hf_parity.py checks our import against HF outputs committed as fixtures (written once
 with transformers 4.57); these run the installed transformers itself, so a release that reads
@@ -19,6 +20,7 @@ from checkpoint_testing import randomize  # noqa: E402
 from test_hf_task_heads import hf_from_pretrained, hf_model, hf_outputs, inputs  # noqa: E402
 
 from albert.checkpoints import load_checkpoint, read_config, save_checkpoint  # noqa: E402
+from albert.convert_checkpoint import LoadedParts  # noqa: E402
 from albert.modeling import AlbertPretrainer  # noqa: E402
 from tests.helpers import tiny_config  # noqa: E402
 
@@ -59,3 +61,46 @@ def test_hfs_saved_pretrainer_loads_into_ours_with_hfs_logits(tmp_path, max_shar
     features = pretraining_inputs()
     differences = max_differences(model(features), hf_outputs(source, features))
     assert all(d <= TOLERANCE for d in differences.values()), differences
+
+
+def masked_lm_difference(ours, hf):
+    """Ours against HF AlbertForMaskedLM's logits [B, T, V], taken at the masked positions."""
+    hf_mlm = np.take_along_axis(hf["logits"], POSITIONS[:, :, None], axis=1)
+    return float(np.max(np.abs(np.asarray(ours["mlm_logits"]) - hf_mlm)))
+
+
+@pytest.mark.parametrize("pooler_loaded", [True, False], ids=["pooler", "no_pooler"])
+def test_our_masked_lm_exports_as_hfs_with_our_logits(tmp_path, pooler_loaded):
+    """The backbone and MLM head alone (what convert_checkpoint writes for an input without
+    SOP) load as HF's AlbertForMaskedLM with our logits. A trained pooler is kept: HF's
+    AlbertForMaskedLM has none and leaves it unused (its only unexpected keys), and
+    AlbertModel, as a classifier fine-tuned from the file, reads it."""
+    pretrainer = randomize(AlbertPretrainer(tiny_config()))
+    parts = LoadedParts(pretrainer.backbone, pretrainer.masked_lm_head, None, pooler_loaded)
+    save_checkpoint(parts, str(tmp_path), "hf")
+    exported, info = transformers.AlbertForMaskedLM.from_pretrained(
+        str(tmp_path), output_loading_info=True
+    )
+    pooler = {"albert.pooler.weight", "albert.pooler.bias"} if pooler_loaded else set()
+    assert not info["missing_keys"] and set(info["unexpected_keys"]) == pooler, info
+    features = pretraining_inputs()
+    difference = masked_lm_difference(pretrainer(features), hf_outputs(exported.eval(), features))
+    assert difference <= TOLERANCE
+    if pooler_loaded:
+        backbone, info = transformers.AlbertModel.from_pretrained(
+            str(tmp_path), output_loading_info=True
+        )
+        assert not info["missing_keys"], info  # the pooler is read (the MLM head is not)
+        assert all(key.startswith("predictions.") for key in info["unexpected_keys"]), info
+        hf_pooled = hf_outputs(backbone.eval(), features)["pooler_output"]
+        ours_pooled = np.asarray(pretrainer(features)["pooled_output"])
+        assert np.max(np.abs(ours_pooled - hf_pooled)) <= TOLERANCE
+
+
+def test_hfs_saved_masked_lm_loads_into_ours_with_hfs_logits(tmp_path):
+    source = hf_model("AlbertForMaskedLM")
+    source.save_pretrained(str(tmp_path))
+    model = AlbertPretrainer(read_config(str(tmp_path)))
+    load_checkpoint(model, str(tmp_path))
+    features = pretraining_inputs()
+    assert masked_lm_difference(model(features), hf_outputs(source, features)) <= TOLERANCE
