@@ -6,6 +6,7 @@ run_pretraining.py (get_masked_lm_output, get_sentence_order_output), independen
 `albert.checkpoints.tf1`, so the tests check the table against the facts.
 """
 
+import os
 import pathlib
 
 import numpy as np
@@ -13,6 +14,17 @@ import numpy as np
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 # The committed HF AlbertForPreTraining directory with random weights (G=2, inner=2).
 HF_FIXTURE = str(FIXTURES / "hf_grouped")
+
+
+def copy_up(local, remote):
+    """Copies the files of the local folder `local` into the remote folder `remote` (ram://,
+    standing in for gs://); returns `remote`."""
+    import tensorflow as tf
+
+    tf.io.gfile.makedirs(remote)
+    for name in os.listdir(local):
+        tf.io.gfile.copy(os.path.join(local, name), f"{remote}/{name}", overwrite=True)
+    return remote
 
 
 def randomize(model, seed=0):

@@ -12,8 +12,7 @@ import shutil
 
 import numpy as np
 import pytest
-import tensorflow as tf
-from checkpoint_testing import HF_FIXTURE, randomize
+from checkpoint_testing import HF_FIXTURE, copy_up, randomize
 from safetensors.numpy import load_file, save_file
 
 from albert.checkpoints import (
@@ -72,10 +71,7 @@ def test_a_sharded_directory_loads_every_weight_as_the_single_file(tmp_path):
 def test_a_remote_sharded_directory_loads_as_the_local_one(tmp_path):
     sharded = str(tmp_path / "sharded")
     shard(HF_FIXTURE, sharded)
-    remote = f"ram://{tmp_path.name}-sharded/hf"
-    tf.io.gfile.makedirs(remote)
-    for name in os.listdir(sharded):
-        tf.io.gfile.copy(os.path.join(sharded, name), f"{remote}/{name}")
+    remote = copy_up(sharded, f"ram://{tmp_path.name}-sharded/hf")
     assert detect_format(remote) == "hf"
     for ours, local in zip(loaded_weights(remote), loaded_weights(sharded), strict=True):
         np.testing.assert_array_equal(ours, local)
@@ -161,10 +157,7 @@ def test_torch_pickled_weights_alone_name_the_conversion(tmp_path, torch_file, w
     (directory / torch_file).write_bytes(b"PK\x03\x04")  # read by nothing here
     path = str(directory)
     if where == "remote":
-        path = f"ram://{tmp_path.name}-{where}/old"
-        tf.io.gfile.makedirs(path)
-        for name in os.listdir(directory):
-            tf.io.gfile.copy(str(directory / name), f"{path}/{name}")
+        path = copy_up(path, f"ram://{tmp_path.name}-{where}/old")
     with pytest.raises(CheckpointError, match=f"only as {re.escape(torch_file)} .*save_pretrained"):
         detect_format(path)
     with pytest.raises(CheckpointError, match=f"only as {re.escape(torch_file)}"):

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from checkpoint_testing import HF_FIXTURE, randomize
+from checkpoint_testing import HF_FIXTURE, copy_up, randomize
 from safetensors.numpy import load_file
 
 from albert.checkpoints import (
@@ -32,14 +32,6 @@ def _max_abs_diff(variables, others):
 
 def _no_local_scheme_folder(folder):
     assert not [name for name in os.listdir(folder) if name.startswith("ram:")]
-
-
-def _copy_up(local, remote):
-    """Copies the files of the local folder `local` into the remote folder `remote`."""
-    tf.io.gfile.makedirs(remote)
-    for name in os.listdir(local):
-        tf.io.gfile.copy(os.path.join(local, name), f"{remote}/{name}", overwrite=True)
-    return remote
 
 
 @pytest.mark.parametrize("format_name", ["hf", "keras"])
@@ -67,7 +59,7 @@ def test_a_remote_round_trip_equals_the_local_one(tmp_path, monkeypatch, format_
 
 def test_a_remote_hf_folder_copied_up_reads_and_its_errors_name_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    remote = _copy_up(HF_FIXTURE, f"ram://{tmp_path.name}-hf-fixture/hf")
+    remote = copy_up(HF_FIXTURE, f"ram://{tmp_path.name}-hf-fixture/hf")
     assert detect_format(remote) == "hf"
     config = read_config(remote)
     assert config == read_config(HF_FIXTURE)
@@ -101,7 +93,7 @@ def test_convert_checkpoint_reads_and_writes_remote_folders(tmp_path, monkeypatc
     model = randomize(AlbertClassifier(config, num_labels=3))
     local, remote = tmp_path / "local", f"ram://{tmp_path.name}-convert"
     save_checkpoint(model, str(local / "keras"), "keras")
-    _copy_up(str(local / "keras"), f"{remote}/keras")
+    copy_up(str(local / "keras"), f"{remote}/keras")
     for source, target, format_name in [("keras", "hf", "hf"), ("hf", "keras2", "keras")]:
         for root in (str(local), remote):
             flags = [f"--input={root}/{source}", f"--output={root}/{target}"]
@@ -138,7 +130,7 @@ def test_a_remote_conversion_downloads_each_file_once_and_leaves_no_copy(
     model = randomize(AlbertClassifier(tiny_config(), num_labels=3))
     remote = f"ram://{tmp_path.name}-once-{source}"
     save_checkpoint(model, str(tmp_path / source), source)
-    _copy_up(str(tmp_path / source), f"{remote}/{source}")
+    copy_up(str(tmp_path / source), f"{remote}/{source}")
     copy, downloads = tf.io.gfile.copy, []
 
     def counting_copy(src, dst, overwrite=False):
@@ -255,7 +247,7 @@ def test_a_remote_files_warnings_name_it_not_its_local_copy(tmp_path, absl_caplo
     tensors = load_file(str(local / hf.WEIGHTS_FILE))
     del tensors["albert.pooler.weight"], tensors["albert.pooler.bias"]
     save_file(tensors, str(local / hf.WEIGHTS_FILE), metadata={"format": "pt"})
-    remote = _copy_up(str(local), f"ram://{tmp_path.name}-nopooler")
+    remote = copy_up(str(local), f"ram://{tmp_path.name}-nopooler")
     load_checkpoint(AlbertBackbone(read_config(remote)), remote)
     [warning] = [r.getMessage() for r in absl_caplog.records if "holds no pooler" in r.getMessage()]
     assert warning.startswith(f"{remote}/{hf.WEIGHTS_FILE} holds no pooler")
@@ -277,7 +269,7 @@ def test_a_truncated_keras_weights_file_is_one_line(tmp_path, where, model_class
     save_checkpoint(model, str(folder), "keras")
     [weights] = [p for p in folder.iterdir() if p.name.endswith(".weights.h5")]
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    path = str(folder) if where == "local" else _copy_up(str(folder), f"ram://{tmp_path.name}-cut")
+    path = str(folder) if where == "local" else copy_up(str(folder), f"ram://{tmp_path.name}-cut")
     from albert.convert_checkpoint import convert
 
     task = "mnli" if model_class is AlbertClassifier else None
